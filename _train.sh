@@ -1,0 +1,115 @@
+#!/usr/bin/env bash
+# Usage: _train.sh <MODEL_NAME> [-- <maxtext key=value | _env_KEY=VALUE> ...]
+# Summary: Training tier: layer the runtime environment and start MaxText for one node
+#
+# Reads the tier contract (JOB_WORKSPACE, JOB_DIR, NNODES, NODE_RANK, JAX_COORDINATOR_IP/PORT,
+# MODEL_NAME_ALIAS) from the environment; runs inside the container or natively.
+# Environment layering, last wins: train_env.sh -> configs/<model>.env.sh -> _env_KEY=VALUE args.
+# Exports OUTPUT_PATH, MaxText's base_output_directory: the job dir, or <workspace>/<alias or model> when
+# enable_checkpointing=true is on the command line, so that a rerun of the same alias resumes.
+set -euo pipefail
+[[ -n ${_DEBUG:-} ]] && set -x
+
+SCRIPT_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+_PROG=_train.sh
+_die() { echo "$_PROG: $*" >&2; exit 2; }
+_usage() { sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "${BASH_SOURCE[0]}"; }
+
+# _strip_quotes VALUE: drops one layer of matching surrounding quotes.
+_strip_quotes() {
+  local value=$1
+  if [[ ${#value} -ge 2 && ( ($value == \"*\" ) || ($value == \'*\') ) ]]; then value=${value:1:-1}; fi
+  printf '%s' "$value"
+}
+
+# _has_maxtext_key KEY ARGS...: true when the user already set KEY on the command line.
+_has_maxtext_key() {
+  local key=$1 arg; shift
+  for arg in "$@"; do [[ $arg == "$key="* ]] && return 0; done
+  return 1
+}
+
+# Output root: checkpointing runs share a stable directory per alias (or model) so they resume.
+_output_path() {
+  local arg
+  for arg in "${MAXTEXT_ARGS[@]}"; do
+    if [[ ${arg,,} =~ ^enable_checkpointing=(true|1|yes)$ ]]; then
+      printf '%s/%s' "$JOB_WORKSPACE" "${MODEL_NAME_ALIAS:-$MODEL_NAME}"; return
+    fi
+  done
+  printf '%s/%s' "$JOB_WORKSPACE" "$JOB_DIR"
+}
+
+# Writes the training environment next to the job's outputs, secrets masked, for post-mortems.
+_record_environment() {
+  local file=$JOB_WORKSPACE/$JOB_DIR/environment.node$NODE_RANK.txt
+  [[ -d $JOB_WORKSPACE/$JOB_DIR ]] || return 0
+  env | LC_ALL=C sort | sed -E 's/^([^=]*(TOKEN|SECRET|PASSWORD|PASSWD|API_KEY)[^=]*)=.*/\1=***/I' >"$file"
+}
+
+main() {
+  case ${1:-} in
+    ""|-h|--help) _usage; [[ -n ${1:-} ]] && exit 0; exit 2 ;;
+  esac
+  MODEL_NAME=$1; shift
+  [[ ${1:-} == -- ]] && shift
+  local config=$SCRIPT_DIR/configs/$MODEL_NAME.yml
+  [[ -f $config ]] || _die "no config for model '$MODEL_NAME' ($config); pick one of configs/*.yml"
+  : "${JOB_WORKSPACE:?$_PROG: JOB_WORKSPACE is not set; start training through run_local.sh or submit.sh}"
+  : "${JOB_DIR:?$_PROG: JOB_DIR is not set; start training through run_local.sh or submit.sh}"
+  NNODES=${NNODES:-1} NODE_RANK=${NODE_RANK:-0}
+  export MODEL_NAME NNODES NODE_RANK
+
+  # Split the passthrough list: _env_ overrides are held back until the env layers below have run.
+  declare -gA ENV_OVERRIDES=()
+  local -a override_order=()
+  MAXTEXT_ARGS=()
+  local arg name
+  for arg in "$@"; do
+    if [[ $arg =~ ^_env_([A-Za-z_][A-Za-z0-9_]*)=(.*)$ ]]; then
+      name=${BASH_REMATCH[1]}
+      [[ -v "ENV_OVERRIDES[$name]" ]] || override_order+=("$name")
+      ENV_OVERRIDES[$name]=$(_strip_quotes "${BASH_REMATCH[2]}")
+    else
+      MAXTEXT_ARGS+=("$arg")
+    fi
+  done
+  PASSTHROUGH_ARGS="$*"   # visible to configs/<model>.env.sh, which may branch on CLI overrides
+  export PASSTHROUGH_ARGS
+
+  OUTPUT_PATH=$(_output_path)
+  export OUTPUT_PATH
+  mkdir -p "$OUTPUT_PATH"
+
+  # shellcheck source=utils/gpu_detect.sh
+  source "$SCRIPT_DIR/utils/gpu_detect.sh"
+  # shellcheck source=train_env.sh
+  source "$SCRIPT_DIR/train_env.sh"
+  if [[ -f $SCRIPT_DIR/configs/$MODEL_NAME.env.sh ]]; then
+    echo "[_train] sourcing configs/$MODEL_NAME.env.sh"
+    # shellcheck source=/dev/null
+    source "$SCRIPT_DIR/configs/$MODEL_NAME.env.sh"
+  fi
+  apply_tune_profile
+  for name in "${override_order[@]}"; do
+    export "$name=${ENV_OVERRIDES[$name]}"
+    echo "[_train] _env_ override: $name=${ENV_OVERRIDES[$name]}"
+  done
+  # MaxText switches on an HLO dump into /tmp when XLA_FLAGS is empty.
+  [[ -n ${XLA_FLAGS:-} ]] || export XLA_FLAGS=--xla_dump_hlo_as_text=false
+
+  local -a defaults=()
+  _has_maxtext_key base_output_directory "${MAXTEXT_ARGS[@]}" || defaults+=("base_output_directory=$OUTPUT_PATH")
+  _has_maxtext_key jax_cache_dir "${MAXTEXT_ARGS[@]}" || defaults+=("jax_cache_dir=$JAX_CACHE_DIR")
+  mkdir -p "$JAX_CACHE_DIR"
+  export PYTHONPATH=$SCRIPT_DIR/py${PYTHONPATH:+:$PYTHONPATH}
+  _record_environment
+
+  local python=${TRAIN_PYTHON:-python3}
+  echo "[_train] node $NODE_RANK/$NNODES: OUTPUT_PATH=$OUTPUT_PATH"
+  echo "[_train] XLA_FLAGS=$XLA_FLAGS"
+  echo "[_train] $python -m jobkit.launch configs/$MODEL_NAME.yml ${defaults[*]} ${MAXTEXT_ARGS[*]}"
+  exec "$python" -u -m jobkit.launch "$config" "${defaults[@]}" "${MAXTEXT_ARGS[@]}"
+}
+
+main "$@"

@@ -1,0 +1,150 @@
+#!/usr/bin/env bash
+# Usage: run_local.sh [<MODEL_SPEC> [-- <maxtext key=value | _env_KEY=VALUE> ...]]
+# Summary: Train a model on this machine, no scheduler; with no arguments, open a shell in the training environment
+#
+#   MODEL_SPEC   model | model:tag | model:alias: | model:alias:tag
+#                model is a config name in configs/, an alias from configs/aliases, or a unique part of a name
+#   key=value    MaxText overrides, e.g. steps=10 per_device_batch_size=4
+#   _env_K=V     set K=V in the training environment (last layer: wins over train_env.sh and configs/<model>.env.sh)
+#
+# Environment: JOB_WORKSPACE (default <repo>/outputs), CONTAINER_RUNTIME (podman|docker|none, default: detect),
+# RAY, DOCKER_IMAGE and the other settings in configs/container_settings.sh.
+#
+# Writes <JOB_WORKSPACE>/<JOB_ID>-<JOB_NAME>.log and the job dir <JOB_WORKSPACE>/<JOB_ID>-<JOB_NAME>/.
+# Exit status is training's; Ctrl-C / SIGTERM stop training and exit 130 / 143.
+#
+# Examples:
+#   run_local.sh tiny
+#   run_local.sh tiny:baseline -- steps=30 _env_TUNE_PROFILE=restore_default
+#   run_local.sh llama2-70b:ckpt-a: -- enable_checkpointing=true
+set -euo pipefail
+[[ -n ${_DEBUG:-} ]] && set -x
+
+SCRIPT_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+CONFIGS_DIR=$SCRIPT_DIR/configs
+# shellcheck source=utils/launch_args.sh
+source "$SCRIPT_DIR/utils/launch_args.sh"
+# shellcheck source=utils/resolve_model.sh
+source "$SCRIPT_DIR/utils/resolve_model.sh"
+# shellcheck source=utils/container_runtime.sh
+source "$SCRIPT_DIR/utils/container_runtime.sh"
+# shellcheck source=utils/job_log.sh
+source "$SCRIPT_DIR/utils/job_log.sh"
+
+_PROG=run_local.sh
+_die() { echo "$_PROG: $*" >&2; exit "${2:-1}"; }
+_usage() { sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "${BASH_SOURCE[0]}"; }
+
+# Fails unless the workspace exists and is writable, or could be created by us. Creates nothing.
+_check_workspace() {
+  local dir=$1 probe
+  while [[ ! -e $dir ]]; do dir=$(dirname "$dir"); done
+  [[ -d $dir ]] || _die "JOB_WORKSPACE=$JOB_WORKSPACE cannot be created: $dir is not a directory; set JOB_WORKSPACE to a writable directory"
+  # access(2) says yes to root even on read-only mounts, so try for real and clean up.
+  if ! probe=$(mktemp -d "$dir/.run_local_probe.XXXXXX" 2>/dev/null); then
+    _die "JOB_WORKSPACE=$JOB_WORKSPACE is not writable ($dir refuses new files); set JOB_WORKSPACE to a writable directory"
+  fi
+  rmdir "$probe"
+}
+
+_python_for_tools() {
+  if [[ -x ${VENV_DIR:-$SCRIPT_DIR/.venv}/bin/python ]]; then echo "${VENV_DIR:-$SCRIPT_DIR/.venv}/bin/python"
+  else command -v python3 || true
+  fi
+}
+
+# Prints the one-line TGS/MFU verdict; a missing interpreter or unparsable log never changes the exit code.
+_print_tgs_line() {
+  local log=$1 status=$2 rc=$3 python
+  python=$(_python_for_tools)
+  [[ -n $python ]] || return 0
+  PYTHONPATH=$SCRIPT_DIR/py${PYTHONPATH:+:$PYTHONPATH} \
+    "$python" -m jobkit tgs --line "$log" --status "$status" --exit-code "$rc" 2>&1 || true
+}
+
+_interactive() {
+  local runtime
+  runtime=$(detect_container_runtime) || exit 2
+  if [[ $runtime == none ]]; then "$SCRIPT_DIR/utils/setup_env.sh" || exit 1; fi
+  CONTAINER_RUNTIME=$runtime exec "$SCRIPT_DIR/_container.sh"
+}
+
+main() {
+  if (( $# == 0 )); then _interactive; fi
+  case $1 in -h|--help) _usage; exit 0 ;; esac
+
+  # --- Validate everything before anything is created. ---
+  parse_launch_args "$@" || exit 2
+  if (( ${#SCHEDULER_ARGS[@]} )); then
+    _die "unexpected '${SCHEDULER_ARGS[*]}' before '--'; run_local.sh takes no scheduler options, MaxText overrides go after '--' (run_local.sh $1 -- steps=10)" 2
+  fi
+  MODEL_NAME=$(resolve_model "$MODEL_INPUT" "$CONFIGS_DIR") || exit 2
+  CONTAINER_RUNTIME=$(detect_container_runtime) || exit 2
+  JOB_WORKSPACE=${JOB_WORKSPACE:-$SCRIPT_DIR/outputs}
+  JOB_WORKSPACE=${JOB_WORKSPACE%/}
+  [[ $JOB_WORKSPACE == /* ]] || JOB_WORKSPACE=$PWD/$JOB_WORKSPACE
+  _check_workspace "$JOB_WORKSPACE"
+  JOB_ID=$(new_local_job_id)
+  JOB_NAME=$(job_name "$MODEL_NAME" "$EXP_TAG")
+  check_job_name_length "$JOB_NAME" "$JOB_ID" || exit 2
+  if [[ $CONTAINER_RUNTIME == none ]]; then "$SCRIPT_DIR/utils/setup_env.sh" || exit 1; fi
+
+  # --- The job exists from here on. ---
+  JOB_DIR=$JOB_ID-$JOB_NAME
+  local log_file=$JOB_WORKSPACE/$JOB_DIR.log
+  mkdir -p "$JOB_WORKSPACE/$JOB_DIR"
+  ln -s "../$JOB_DIR.log" "$JOB_WORKSPACE/$JOB_DIR/log"
+  NNODES=1 NODE_RANK=0
+  JOB_NODELIST=$(hostname -s) NODELIST_EXPANDED=$(hostname -s)
+  export JOB_ID JOB_NAME JOB_DIR JOB_WORKSPACE NNODES NODE_RANK JOB_NODELIST NODELIST_EXPANDED
+  export MODEL_NAME MODEL_NAME_ALIAS EXP_TAG CONTAINER_RUNTIME
+
+  # Everything below goes to the terminal and the log. tee ignores INT/TERM so a Ctrl-C cannot cut the
+  # log short before the summary is written.
+  exec > >(trap '' INT TERM; exec tee -a "$log_file") 2>&1
+  local tee_pid=$!
+  print_job_header JOB_ID JOB_NAME NNODES JOB_NODELIST MODEL_NAME MODEL_NAME_ALIAS EXP_TAG PASSTHROUGH_ARGS \
+    JOB_WORKSPACE CONTAINER_RUNTIME
+  echo "[run_local] log: $log_file"
+
+  local start=$SECONDS rc=0 cancelled=0 train_pid killer_pid=""
+  # Training runs in its own session: a terminal's Ctrl-C reaches only us, and we stop its whole group.
+  setsid "$SCRIPT_DIR/_container.sh" "$MODEL_NAME" -- "${PASSTHROUGH_ARGS[@]}" &
+  train_pid=$!
+  _cancel() {
+    (( cancelled )) && return 0
+    cancelled=$1
+    echo "[run_local] caught SIG$2: stopping training (process group $train_pid)"
+    kill -TERM -- "-$train_pid" 2>/dev/null || true
+    # Escalate to KILL after a grace period; the watcher takes its sleep with it when we stop it early.
+    (
+      trap 'kill "$sleep_pid" 2>/dev/null; exit 0' TERM
+      sleep "${CANCEL_GRACE_SECONDS:-20}" & sleep_pid=$!
+      wait "$sleep_pid"
+      kill -KILL -- "-$train_pid" 2>/dev/null
+    ) &
+    killer_pid=$!
+  }
+  trap '_cancel 130 INT' INT
+  trap '_cancel 143 TERM' TERM
+  # wait returns early when a trap fires; keep waiting until training has really gone.
+  while true; do
+    rc=0; wait "$train_pid" || rc=$?
+    kill -0 "$train_pid" 2>/dev/null || break
+  done
+  [[ -n $killer_pid ]] && kill "$killer_pid" 2>/dev/null
+  # A member of the group may outlive its leader (e.g. a forked helper); it must not outlive the job.
+  kill -KILL -- "-$train_pid" 2>/dev/null || true
+  trap - INT TERM
+  if (( cancelled )); then rc=$cancelled; fi
+
+  local status
+  status=$(job_status_word "$rc" "$(( cancelled ? 1 : 0 ))")
+  print_job_summary "$JOB_ID" "$JOB_NAME" "$MODEL_NAME" "$NNODES" $((SECONDS - start)) "$rc" "$status"
+  _print_tgs_line "$log_file" "$status" "$rc"
+  exec >&- 2>&-
+  wait "$tee_pid" 2>/dev/null || true
+  exit "$rc"
+}
+
+main "$@"

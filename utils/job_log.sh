@@ -1,0 +1,61 @@
+# shellcheck shell=bash
+# Summary: The job log's KEY=VALUE header and its closing JOB SUMMARY block (sourced library)
+#
+# Tools and skills parse both, so their shape is part of the contract:
+#   header   one KEY=VALUE per line at the top of the log
+#   summary  "==== JOB SUMMARY ====" ... "Status: SUCCESS (exit 0)" ... a closing "=" rule
+
+# new_local_job_id -> local_<YYYYmmdd_HHMMSS>_<4 hex>
+new_local_job_id() {
+  printf 'local_%s_%s' "$(date +%Y%m%d_%H%M%S)" "$(od -An -N2 -tx1 /dev/urandom | tr -d ' \n')"
+}
+
+# format_duration SECONDS -> "1h 2m 3s" | "2m 3s" | "3s"
+format_duration() {
+  local total=$1 h m s
+  h=$((total / 3600)) m=$((total % 3600 / 60)) s=$((total % 60))
+  if (( h )); then printf '%dh %dm %ds' "$h" "$m" "$s"
+  elif (( m )); then printf '%dm %ds' "$m" "$s"
+  else printf '%ds' "$s"
+  fi
+}
+
+# print_job_header NAME... : prints NAME=VALUE for each named variable that is set (arrays joined by spaces).
+print_job_header() {
+  local name
+  for name in "$@"; do
+    [[ -v $name ]] || continue
+    local -n _value=$name
+    if [[ $(declare -p "$name" 2>/dev/null) == "declare -a"* ]]; then
+      printf '%s="%s"\n' "$name" "${_value[*]}"
+    else
+      printf '%s=%s\n' "$name" "$_value"
+    fi
+    unset -n _value
+  done
+}
+
+# job_status_word EXIT_CODE CANCELLED(0|1) -> SUCCESS | FAILED | CANCELLED
+job_status_word() {
+  if (( $2 )); then echo CANCELLED
+  elif (( $1 == 0 )); then echo SUCCESS
+  else echo FAILED
+  fi
+}
+
+# print_job_summary JOB_ID JOB_NAME MODEL NNODES WALL_SECONDS EXIT_CODE STATUS [DETAIL]
+print_job_summary() {
+  local job_id=$1 name=$2 model=$3 nodes=$4 wall=$5 rc=$6 status=$7 detail=${8:-}
+  local color="" reset=""
+  if [[ -t 1 ]]; then
+    reset=$'\e[0m'
+    [[ $status == SUCCESS ]] && color=$'\e[32m' || color=$'\e[31m'
+  fi
+  echo "==== JOB SUMMARY ===="
+  echo "  Job:    $job_id ($name)"
+  echo "  Model:  $model"
+  echo "  Nodes:  $nodes"
+  echo "  Wall:   $(format_duration "$wall")"
+  echo "  Status: ${color}$status (exit $rc)${reset}${detail:+ — $detail}"
+  echo "====================="
+}

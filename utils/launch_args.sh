@@ -1,0 +1,131 @@
+# shellcheck shell=bash
+# Summary: The launch grammar shared by run_local.sh and submit.sh (sourced library)
+#
+#   <entry> <MODEL_SPEC> [scheduler args ...] [-- <maxtext key=value | _env_KEY=VALUE> ...]
+#
+# MODEL_SPEC is model | model:tag | model:alias: | model:alias:tag. Functions report errors on stderr as
+# "<calling script>: <problem>; <fix>" and return non-zero; they never exit the caller.
+#
+# parse_launch_args sets these variables in the caller, and only these:
+#   MODEL_INPUT        the model part as typed (resolve it with resolve_model)
+#   MODEL_NAME_ALIAS   alias part or empty
+#   EXP_TAG            tag part plus the passthrough suffix, or empty
+#   SCHEDULER_ARGS     array: arguments between MODEL_SPEC and "--"
+#   PASSTHROUGH_ARGS   array: arguments after "--", empty strings dropped
+
+_launch_err() { echo "${0##*/}: $*" >&2; }
+
+# Characters kept in names that become file names; anything else turns into "_".
+_LAUNCH_NAME_SAFE='A-Za-z0-9._+-'
+
+# One passthrough arg -> its experiment-tag form: leading dashes dropped, "=" and unsafe chars -> "_".
+passthrough_tag_word() {
+  local word=$1
+  while [[ $word == -* ]]; do word=${word#-}; done
+  printf '%s' "${word//[^$_LAUNCH_NAME_SAFE]/_}"
+}
+
+# Joins the tag forms of all passthrough args with "-".
+passthrough_tag_suffix() {
+  local arg out=""
+  for arg in "$@"; do
+    out+=${out:+-}$(passthrough_tag_word "$arg")
+  done
+  printf '%s' "$out"
+}
+
+# Accepts `key=value` (a MaxText override) and `_env_NAME=VALUE` (an environment override).
+validate_passthrough_arg() {
+  local arg=$1
+  if [[ $arg == _env_* ]]; then
+    if [[ $arg != *=* ]]; then
+      _launch_err "'$arg' has no '='; write environment overrides as _env_NAME=VALUE"; return 1
+    fi
+    local name=${arg%%=*}; name=${name#_env_}
+    if [[ -z $name ]]; then
+      _launch_err "'$arg' names no variable; write environment overrides as _env_NAME=VALUE"; return 1
+    fi
+    if [[ ! $name =~ ^[A-Za-z_][A-Za-z0-9_]*$ ]]; then
+      _launch_err "'$name' in '$arg' is not a valid environment variable name; use letters, digits and _"; return 1
+    fi
+    return 0
+  fi
+  if [[ ! $arg =~ ^[A-Za-z_][A-Za-z0-9_.]*= ]]; then
+    _launch_err "passthrough argument '$arg' is not key=value; MaxText overrides after '--' look like steps=10 (no leading dashes)"
+    return 1
+  fi
+}
+
+# Splits MODEL_SPEC into MODEL_INPUT, MODEL_NAME_ALIAS and the tag (before any passthrough suffix).
+parse_model_spec() {
+  local spec=$1 colons
+  if [[ -z $spec ]]; then
+    _launch_err "empty model spec; give a model, e.g. tiny or llama2-70b:mytag"; return 1
+  fi
+  colons=${spec//[^:]/}
+  MODEL_INPUT=$spec MODEL_NAME_ALIAS="" EXP_TAG=""
+  case ${#colons} in
+    0) ;;
+    1) MODEL_INPUT=${spec%%:*} EXP_TAG=${spec#*:} ;;
+    2) MODEL_INPUT=${spec%%:*}; local rest=${spec#*:}; MODEL_NAME_ALIAS=${rest%%:*} EXP_TAG=${rest#*:} ;;
+    *) _launch_err "too many ':' in model spec '$spec'; use model, model:tag, model:alias: or model:alias:tag"; return 1 ;;
+  esac
+  if [[ -z $MODEL_INPUT ]]; then
+    _launch_err "model spec '$spec' has no model before ':'; e.g. tiny:$EXP_TAG"; return 1
+  fi
+  local field
+  for field in "$MODEL_INPUT" "$MODEL_NAME_ALIAS" "$EXP_TAG"; do
+    if [[ $field =~ [^$_LAUNCH_NAME_SAFE] ]]; then
+      _launch_err "'$field' in model spec '$spec' has characters unsafe in file names; use letters, digits and . _ + -"
+      return 1
+    fi
+  done
+  if [[ -n $MODEL_NAME_ALIAS && $MODEL_NAME_ALIAS == .* ]]; then
+    _launch_err "alias '$MODEL_NAME_ALIAS' would be a hidden directory; start it with a letter or digit"; return 1
+  fi
+}
+
+# parse_launch_args "$@": see the header for what it sets.
+parse_launch_args() {
+  SCHEDULER_ARGS=() PASSTHROUGH_ARGS=()
+  local -a script_args=()
+  local seen_separator=0 arg
+  for arg in "$@"; do
+    if (( ! seen_separator )) && [[ $arg == -- ]]; then seen_separator=1; continue; fi
+    if (( seen_separator )); then
+      [[ -n $arg ]] && PASSTHROUGH_ARGS+=("$arg")
+    else
+      script_args+=("$arg")
+    fi
+  done
+  if (( ${#script_args[@]} == 0 )); then
+    _launch_err "no model given; usage: ${0##*/} <model>[:tag] [-- key=value ...]"; return 1
+  fi
+  if [[ ${script_args[0]} == -* ]]; then
+    _launch_err "the first argument must be the model, got '${script_args[0]}'; e.g. ${0##*/} tiny ${script_args[0]} ..."
+    return 1
+  fi
+  parse_model_spec "${script_args[0]}" || return 1
+  SCHEDULER_ARGS=("${script_args[@]:1}")
+  for arg in "${PASSTHROUGH_ARGS[@]}"; do
+    validate_passthrough_arg "$arg" || return 1
+  done
+  if (( ${#PASSTHROUGH_ARGS[@]} )); then
+    local suffix
+    suffix=$(passthrough_tag_suffix "${PASSTHROUGH_ARGS[@]}")
+    EXP_TAG=${EXP_TAG:+$EXP_TAG-}$suffix
+  fi
+}
+
+# job_name MODEL_NAME EXP_TAG -> JAX-<model>[-<tag>]
+job_name() { printf 'JAX-%s%s' "$1" "${2:+-$2}"; }
+
+# check_job_name_length JOB_NAME JOB_ID: "<JOB_ID>-<JOB_NAME>.log" must fit one file name (255 bytes).
+check_job_name_length() {
+  local name=$1 job_id=$2 length
+  length=$(( $(LC_ALL=C; printf '%s' "$job_id-$name.log" | wc -c) ))
+  if (( length > 255 )); then
+    _launch_err "job name is $length bytes as a log file name (limit 255); shorten the passthrough args or use model:alias:tag with a short tag"
+    return 1
+  fi
+}
