@@ -1,4 +1,6 @@
 # shellcheck shell=bash
+# The variables documented below are outputs for the caller, which shellcheck cannot see.
+# shellcheck disable=SC2034
 # Summary: The launch grammar shared by run_local.sh and submit.sh (sourced library)
 #
 #   <entry> <MODEL_SPEC> [scheduler args ...] [-- <maxtext key=value | _env_KEY=VALUE> ...]

@@ -96,7 +96,7 @@ main() {
     _say "creating $_VENV_DIR with $python ($("$python" -V 2>&1))"
     "$python" -m venv "$_VENV_DIR" || _die "could not create a venv with $python; install its venv module (e.g. apt install python3.12-venv)"
   fi
-  _say "installing $(grep -c '==' "$_LOCK_FILE") pinned packages (first run takes ~2 min)"
+  _say "installing $(grep -c '==' "$_LOCK_FILE") pinned packages (a first install takes ~2 min)"
   # Some machines' pip config names local wheel folders that do not exist; pip warns once per package.
   if ! "$_VENV_DIR/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps --no-input \
       -r "$_LOCK_FILE" 2>&1 | { grep -v "^WARNING: Location 'file:" || true; } >&2; then

@@ -1,0 +1,45 @@
+#!/usr/bin/env bats
+# The job log's header and summary (utils/job_log.sh): shapes that tools parse.
+
+load test_helper
+
+setup() { source "$REPO_DIR/utils/job_log.sh"; }
+
+@test "local job ids look like local_<YYYYmmdd_HHMMSS>_<4 hex> and differ" {
+  local a b
+  a=$(new_local_job_id); b=$(new_local_job_id)
+  [[ $a =~ ^local_[0-9]{8}_[0-9]{6}_[0-9a-f]{4}$ ]]
+  [ "$a" != "$b" ] || [ "$(new_local_job_id)" != "$a" ]
+}
+
+@test "durations print as Hh Mm Ss, Mm Ss or Ss" {
+  [ "$(format_duration 5)" = 5s ]
+  [ "$(format_duration 65)" = "1m 5s" ]
+  [ "$(format_duration 3725)" = "1h 2m 5s" ]
+}
+
+@test "header prints KEY=VALUE for set names only, arrays quoted and joined" {
+  JOB_ID=42 MODEL_NAME=tiny
+  PASSTHROUGH_ARGS=(steps=7 _env_FOO=bar)
+  unset EXP_TAG
+  run print_job_header JOB_ID EXP_TAG MODEL_NAME PASSTHROUGH_ARGS
+  [ "${lines[0]}" = JOB_ID=42 ]
+  [ "${lines[1]}" = MODEL_NAME=tiny ]
+  [ "${lines[2]}" = 'PASSTHROUGH_ARGS="steps=7 _env_FOO=bar"' ]
+  [ "${#lines[@]}" -eq 3 ]
+}
+
+@test "status word: cancelled beats exit code, 0 is success" {
+  [ "$(job_status_word 0 0)" = SUCCESS ]
+  [ "$(job_status_word 1 0)" = FAILED ]
+  [ "$(job_status_word 143 1)" = CANCELLED ]
+}
+
+@test "summary block has the parsed fields and no colour when not a terminal" {
+  run print_job_summary local_x JAX-tiny tiny 1 65 0 SUCCESS
+  [ "${lines[0]}" = "==== JOB SUMMARY ====" ]
+  [[ ${lines[1]} == *"Job:    local_x (JAX-tiny)" ]]
+  [[ ${lines[4]} == *"Wall:   1m 5s" ]]
+  [[ ${lines[5]} == *"Status: SUCCESS (exit 0)" ]]
+  [[ $output != *$'\e['* ]]
+}

@@ -1,0 +1,96 @@
+#!/usr/bin/env bats
+# run_local.sh front door: every bad input gives one clear line, a non-zero exit, and creates nothing.
+# (Real training through run_local.sh is exercised end to end in tests/py/test_run_local.py.)
+
+load test_helper
+
+setup() {
+  export JOB_WORKSPACE=$BATS_TEST_TMPDIR/ws CONTAINER_RUNTIME=none
+}
+
+# bad_input ARGS...: runs run_local.sh, expects failure with a one-line error and no workspace.
+bad_input() {
+  run "$REPO_DIR/run_local.sh" "$@"
+  [ "$status" -ne 0 ]
+  [ "${#lines[@]}" -eq 1 ]
+  [[ ${lines[0]} == run_local.sh:* ]]
+  [ ! -e "$JOB_WORKSPACE" ]
+}
+
+@test "--help prints usage" {
+  run "$REPO_DIR/run_local.sh" --help
+  [ "$status" -eq 0 ]
+  [[ ${lines[0]} == "Usage: run_local.sh"* ]]
+}
+
+@test "unknown model" {
+  bad_input nosuchmodel
+  [[ $output == *"unknown model 'nosuchmodel'; known models:"*tiny* ]]
+}
+
+@test "ambiguous short name" {
+  bad_input llama3
+  [[ $output == *"ambiguous model 'llama3' matches:"* ]]
+}
+
+@test "too many colons" {
+  bad_input a:b:c:d
+  [[ $output == *"too many ':'"* ]]
+}
+
+@test "empty spec" {
+  bad_input ""
+  [[ $output == *"empty model spec"* ]]
+}
+
+@test "passthrough arg that is not key=value" {
+  bad_input tiny -- steps
+  [[ $output == *"not key=value"* ]]
+}
+
+@test "_env_ with no name, and with no =" {
+  bad_input tiny -- _env_=1
+  [[ $output == *"names no variable"* ]]
+  bad_input tiny -- _env_FOO
+  [[ $output == *"has no '='"* ]]
+}
+
+@test "over-long job name says what to shorten" {
+  bad_input tiny -- "run_name=$(printf 'x%.0s' $(seq 240))"
+  [[ $output == *"limit 255"*"shorten the passthrough args or use model:alias:tag"* ]]
+}
+
+@test "scheduler options are refused: overrides belong after --" {
+  bad_input tiny steps=5
+  [[ $output == *"MaxText overrides go after '--'"* ]]
+}
+
+@test "unknown CONTAINER_RUNTIME" {
+  CONTAINER_RUNTIME=lxc bad_input tiny
+  [[ $output == *"CONTAINER_RUNTIME"*lxc* ]]
+}
+
+@test "JOB_WORKSPACE under a file, and on a filesystem that refuses new files" {
+  touch "$BATS_TEST_TMPDIR/file"
+  JOB_WORKSPACE=$BATS_TEST_TMPDIR/file/ws run "$REPO_DIR/run_local.sh" tiny
+  [ "$status" -ne 0 ]
+  [[ $output == *"not a directory; set JOB_WORKSPACE"* ]]
+  JOB_WORKSPACE=/proc/ws run "$REPO_DIR/run_local.sh" tiny
+  [ "$status" -ne 0 ]
+  [[ $output == *"JOB_WORKSPACE=/proc/ws is not writable"* ]]
+  [ ! -e /proc/ws ]
+}
+
+@test "no Python >= 3.12 for the venv: clear error, no job created" {
+  VENV_DIR=$BATS_TEST_TMPDIR/venv PYTHON=/usr/bin/python3.11 run "$REPO_DIR/run_local.sh" tiny
+  [ "$status" -ne 0 ]
+  [[ $output == *"not a working Python >= 3.12"* ]]
+  [ ! -e "$JOB_WORKSPACE" ]
+  [ ! -e "$BATS_TEST_TMPDIR/venv" ]
+}
+
+@test "submit.sh is honest that Slurm is not there yet" {
+  run "$REPO_DIR/submit.sh" tiny -N 2
+  [ "$status" -eq 2 ]
+  [[ $output == *"not implemented yet"*run_local.sh* ]]
+}

@@ -1,0 +1,140 @@
+#!/usr/bin/env bats
+# The training tier (_train.sh + train_env.sh): env layering, _env_ visibility, TUNE_PROFILE, output path,
+# and the MaxText command line. The Python interpreter is a stub that records what it was given.
+
+load test_helper
+
+setup() {
+  REPO=$(copy_repo)
+  export JOB_WORKSPACE=$BATS_TEST_TMPDIR/ws JOB_DIR=local_1-JAX-tiny MODEL_NAME_ALIAS=""
+  mkdir -p "$JOB_WORKSPACE/$JOB_DIR"
+  export GPU_DETECT_ROOT=$BATS_TEST_TMPDIR/nogpu   # no GPU unless a test says so
+  unset XLA_FLAGS TUNE_PROFILE ENABLE_XLA_DUMP JAX_PLATFORMS XLA_PYTHON_CLIENT_MEM_FRACTION NCCL_PROTO
+  RECORD=$BATS_TEST_TMPDIR/record
+  make_stub fakepython "printf '%s\n' \"\$@\" >'$RECORD.argv'; env >'$RECORD.env'"
+  export TRAIN_PYTHON=fakepython
+}
+
+env_of() { sed -n "s/^$1=//p" "$RECORD.env"; }
+
+@test "the MaxText command line: launcher module, config, our defaults, then the user's args" {
+  run "$REPO/_train.sh" tiny -- steps=7 _env_FOO=bar
+  [ "$status" -eq 0 ]
+  mapfile -t argv <"$RECORD.argv"
+  [ "${argv[0]}" = -u ]
+  [ "${argv[1]}" = -m ]
+  [ "${argv[2]}" = jobkit.launch ]
+  [ "${argv[3]}" = "$REPO/configs/tiny.yml" ]
+  [ "${argv[4]}" = "base_output_directory=$JOB_WORKSPACE/$JOB_DIR" ]
+  [ "${argv[5]}" = "jax_cache_dir=$JOB_WORKSPACE/.jax_cache" ]
+  [ "${argv[6]}" = steps=7 ]
+  [ "${#argv[@]}" -eq 7 ]   # the _env_ arg never reaches MaxText
+  [ "$(env_of FOO)" = bar ]
+  [[ $(env_of PYTHONPATH) == "$REPO/py"* ]]
+}
+
+@test "user-given base_output_directory and jax_cache_dir are not duplicated" {
+  "$REPO/_train.sh" tiny -- base_output_directory=/x jax_cache_dir=/y
+  run cat "$RECORD.argv"
+  [[ $output != *"base_output_directory=$JOB_WORKSPACE"* ]]
+  [[ $output != *"jax_cache_dir=$JOB_WORKSPACE"* ]]
+  [[ $output == *"base_output_directory=/x"* ]]
+}
+
+@test "layering, last wins: train_env.sh < configs/<model>.env.sh < _env_" {
+  echo 'export XLA_PYTHON_CLIENT_MEM_FRACTION=.50 MODEL_ONLY=1' >"$REPO/configs/tiny.env.sh"
+  "$REPO/_train.sh" tiny
+  [ "$(env_of XLA_PYTHON_CLIENT_MEM_FRACTION)" = .50 ]
+  [ "$(env_of MODEL_ONLY)" = 1 ]
+  "$REPO/_train.sh" tiny -- _env_XLA_PYTHON_CLIENT_MEM_FRACTION=.70
+  [ "$(env_of XLA_PYTHON_CLIENT_MEM_FRACTION)" = .70 ]
+  rm "$REPO/configs/tiny.env.sh"
+  "$REPO/_train.sh" tiny
+  [ "$(env_of XLA_PYTHON_CLIENT_MEM_FRACTION)" = .93 ]
+}
+
+@test "one layer of surrounding quotes is stripped from _env_ values" {
+  "$REPO/_train.sh" tiny -- '_env_A="two words"' "_env_B='x'" '_env_C=""q""'
+  [ "$(env_of A)" = "two words" ]
+  [ "$(env_of B)" = x ]
+  [ "$(env_of C)" = '"q"' ]
+}
+
+@test "train_env.sh sees _env_ switches before they are exported (ENABLE_XLA_DUMP)" {
+  "$REPO/_train.sh" tiny -- _env_ENABLE_XLA_DUMP=1
+  [[ $(env_of XLA_FLAGS) == *"--xla_dump_to=$JOB_WORKSPACE/$JOB_DIR/xla_dump"* ]]
+}
+
+@test "the HLO dump is rank 0 only" {
+  NODE_RANK=1 "$REPO/_train.sh" tiny -- _env_ENABLE_XLA_DUMP=1
+  [[ $(env_of XLA_FLAGS) != *xla_dump_to* ]]
+}
+
+@test "no GPU: JAX_PLATFORMS=cpu said once, CPU device emulation, XLA_FLAGS never empty" {
+  run "$REPO/_train.sh" tiny
+  [ "$(env_of JAX_PLATFORMS)" = cpu ]
+  [ "$(grep -c 'JAX_PLATFORMS=cpu' <<<"$output")" -ge 1 ]
+  [ "$(grep -c 'no GPU on' <<<"$output")" -eq 1 ]
+  [ "$(env_of XLA_FLAGS)" = "--xla_force_host_platform_device_count=1" ]
+  "$REPO/_train.sh" tiny -- _env_CPU_DEVICES_PER_NODE=4
+  [ "$(env_of XLA_FLAGS)" = "--xla_force_host_platform_device_count=4" ]
+}
+
+@test "a GPU node keeps the image's XLA_FLAGS and appends ours; JAX_PLATFORMS untouched" {
+  GPU_DETECT_ROOT=$REPO_DIR/tests/fixtures/sysfs/mi300x XLA_FLAGS="--image_flag=1" "$REPO/_train.sh" tiny
+  [[ $(env_of XLA_FLAGS) == "--image_flag=1 --xla_gpu_enable_command_buffer="* ]]
+  [ -z "$(env_of JAX_PLATFORMS)" ]
+  [ "$(env_of GPU_VENDOR)" = amd ]
+  [ "$(env_of NVTE_USE_ROCM)" = 1 ]
+}
+
+@test "TUNE_PROFILE appends flags after the model env file, and env knobs from block 2" {
+  echo 'append_xla_flags --xla_gpu_all_gather_combine_threshold_bytes=8' >"$REPO/configs/tiny.env.sh"
+  GPU_DETECT_ROOT=$REPO_DIR/tests/fixtures/sysfs/h100 "$REPO/_train.sh" tiny -- _env_TUNE_PROFILE=ag_combine_1g
+  [[ $(env_of XLA_FLAGS) == *"threshold_bytes=8 --xla_gpu_all_gather_combine_threshold_bytes=1073741824" ]]
+  GPU_DETECT_ROOT=$REPO_DIR/tests/fixtures/sysfs/h100 "$REPO/_train.sh" tiny -- _env_TUNE_PROFILE=nccl_chan8
+  [ "$(env_of NCCL_NCHANNELS_PER_NET_PEER)" = 8 ]
+}
+
+@test "restore_default puts back the image's XLA_FLAGS, keeping what the node needs to work" {
+  echo 'append_xla_flags --xla_gpu_model_specific=1' >"$REPO/configs/tiny.env.sh"
+  GPU_DETECT_ROOT=$REPO_DIR/tests/fixtures/sysfs/h100 XLA_FLAGS="--image_flag=1" \
+    "$REPO/_train.sh" tiny -- _env_TUNE_PROFILE=restore_default
+  [ "$(env_of XLA_FLAGS)" = "--image_flag=1" ]
+  "$REPO/_train.sh" tiny -- _env_TUNE_PROFILE=restore_default _env_ENABLE_XLA_DUMP=1
+  [[ $(env_of XLA_FLAGS) == "--xla_force_host_platform_device_count=1 --xla_dump_to="* ]]
+}
+
+@test "an unknown TUNE_PROFILE warns and changes nothing" {
+  run "$REPO/_train.sh" tiny -- _env_TUNE_PROFILE=no_such_profile
+  [ "$status" -eq 0 ]
+  [[ $output == *"WARNING: unknown TUNE_PROFILE='no_such_profile'"* ]]
+  [ "$(env_of XLA_FLAGS)" = "--xla_force_host_platform_device_count=1" ]
+}
+
+@test "enable_checkpointing=true switches the output to a stable per-alias (or per-model) dir" {
+  "$REPO/_train.sh" tiny -- enable_checkpointing=true
+  [ "$(env_of OUTPUT_PATH)" = "$JOB_WORKSPACE/tiny" ]
+  MODEL_NAME_ALIAS=run-a "$REPO/_train.sh" tiny -- enable_checkpointing=True
+  [ "$(env_of OUTPUT_PATH)" = "$JOB_WORKSPACE/run-a" ]
+  [ -d "$JOB_WORKSPACE/run-a" ]
+  "$REPO/_train.sh" tiny -- enable_checkpointing=false
+  [ "$(env_of OUTPUT_PATH)" = "$JOB_WORKSPACE/$JOB_DIR" ]
+}
+
+@test "the training environment is recorded in the job dir with secrets masked" {
+  HF_TOKEN=hunter2 "$REPO/_train.sh" tiny -- _env_FOO=bar
+  local f=$JOB_WORKSPACE/$JOB_DIR/environment.node0.txt
+  grep -qx 'FOO=bar' "$f"
+  grep -qx 'HF_TOKEN=\*\*\*' "$f"
+  ! grep -q hunter2 "$f"
+}
+
+@test "an unknown model and a missing contract variable fail with the fix" {
+  run "$REPO/_train.sh" nosuch
+  [ "$status" -eq 2 ]
+  [[ $output == *"no config for model 'nosuch'"* ]]
+  run env -u JOB_DIR "$REPO/_train.sh" tiny
+  [ "$status" -ne 0 ]
+  [[ $output == *"JOB_DIR is not set"* ]]
+}

@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# Usage: tests/run.sh [bats|py ...] [-- extra pytest args]
+# Summary: Set up what the tests need, run the bats and pytest suites, end with "N passed, N failed"
+#
+# With no suite named, runs both. Exit status is non-zero when any test fails or a suite cannot run.
+set -euo pipefail
+[[ -n ${_DEBUG:-} ]] && set -x
+
+REPO_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+_PROG=tests/run.sh
+cd "$REPO_DIR"
+
+_usage() { sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "${BASH_SOURCE[0]}"; }
+
+passed=0 failed=0 skipped=0 broken=""
+
+_run_bats() {
+  local tap rc=0
+  tap=$(mktemp)
+  bats --tap tests/bats | tee "$tap" || rc=$?
+  local ok not_ok skip
+  ok=$(grep -c '^ok ' "$tap" || true)
+  skip=$(grep -Ec '^ok .* # skip' "$tap" || true)
+  not_ok=$(grep -c '^not ok ' "$tap" || true)
+  passed=$((passed + ok - skip)) skipped=$((skipped + skip)) failed=$((failed + not_ok))
+  if (( rc != 0 && not_ok == 0 )); then broken+=" bats(exit $rc)"; fi
+  rm -f "$tap"
+}
+
+_run_pytest() {
+  local xml rc=0
+  xml=$(mktemp --suffix=.xml)
+  python -m pytest tests/py -p no:cacheprovider -rfE --junitxml="$xml" "$@" || rc=$?
+  if [[ -s $xml ]]; then
+    local counts
+    counts=$(python - "$xml" <<'PY'
+import sys, xml.etree.ElementTree as ET
+root = ET.parse(sys.argv[1]).getroot()
+suites = [root] if root.tag == "testsuite" else root.findall("testsuite")
+t = sum(int(s.get("tests", 0)) for s in suites)
+f = sum(int(s.get("failures", 0)) + int(s.get("errors", 0)) for s in suites)
+k = sum(int(s.get("skipped", 0)) for s in suites)
+print(t - f - k, f, k)
+PY
+)
+    read -r p f k <<<"$counts"
+    passed=$((passed + p)) failed=$((failed + f)) skipped=$((skipped + k))
+    if (( rc != 0 && f == 0 )); then broken+=" pytest(exit $rc)"; fi
+  else
+    broken+=" pytest(no report, exit $rc)"
+  fi
+  rm -f "$xml"
+}
+
+main() {
+  local -a suites=() pytest_args=()
+  while (( $# )); do
+    case $1 in
+      -h|--help) _usage; exit 0 ;;
+      bats|py) suites+=("$1") ;;
+      --) shift; pytest_args=("$@"); break ;;
+      *) echo "$_PROG: unknown argument '$1' (suites: bats, py)" >&2; exit 2 ;;
+    esac
+    shift
+  done
+  (( ${#suites[@]} )) || suites=(bats py)
+
+  utils/setup_env.sh || { echo "$_PROG: could not set up .venv (see above)"; echo "0 passed, 1 failed"; exit 1; }
+  export PATH=$REPO_DIR/.venv/bin:$PATH
+  export PYTHONPATH=$REPO_DIR/py${PYTHONPATH:+:$PYTHONPATH}
+
+  local start=$SECONDS suite
+  for suite in "${suites[@]}"; do
+    echo "=== $suite ==="
+    case $suite in
+      bats) _run_bats ;;
+      py) _run_pytest "${pytest_args[@]}" ;;
+    esac
+  done
+  echo
+  echo "suites: ${suites[*]}; ${skipped} skipped; $((SECONDS - start)) s${broken:+; could not finish:$broken}"
+  if [[ -n $broken ]]; then failed=$((failed + 1)); fi
+  echo "$passed passed, $failed failed"
+  (( failed == 0 ))
+}
+
+main "$@"
