@@ -24,7 +24,8 @@ format_duration() {
 print_job_header() {
   local name
   for name in "$@"; do
-    [[ -v $name ]] || continue
+    # declare -p, not -v: an empty array is still a value worth printing (PASSTHROUGH_ARGS="").
+    declare -p "$name" >/dev/null 2>&1 || continue
     local -n _value=$name
     if [[ $(declare -p "$name" 2>/dev/null) == "declare -a"* ]]; then
       printf '%s="%s"\n' "$name" "${_value[*]}"

@@ -27,6 +27,9 @@ setup() { source "$REPO_DIR/utils/job_log.sh"; }
   [ "${lines[1]}" = MODEL_NAME=tiny ]
   [ "${lines[2]}" = 'PASSTHROUGH_ARGS="steps=7 _env_FOO=bar"' ]
   [ "${#lines[@]}" -eq 3 ]
+  PASSTHROUGH_ARGS=()
+  run print_job_header PASSTHROUGH_ARGS
+  [ "$output" = 'PASSTHROUGH_ARGS=""' ]
 }
 
 @test "status word: cancelled beats exit code, 0 is success" {
