@@ -1,0 +1,274 @@
+#!/usr/bin/env bash
+# Usage: _container.sh [<MODEL_NAME> [-- <passthrough> ...]]
+# Summary: Run _train.sh, or with no arguments an interactive bash, in the training environment
+#
+# The runtime is CONTAINER_RUNTIME (podman | docker | none), or detected when empty (utils/container_runtime.sh).
+#
+#   none             native: exec <repo>/_train.sh in this environment, all of it inherited. The project venv
+#                    ${VENV_DIR:-<repo>/.venv}, when it exists, comes first on PATH and is VIRTUAL_ENV.
+#   docker, podman   a fresh container named maxtext-<JOB_ID>-node<NODE_RANK>, labelled maxtext-launcher=1
+#                    (a leftover container of ours with that name is removed first), on the host network and
+#                    IPC namespace, with the GPUs found here (AMD /dev/kfd + /dev/dri, else NVIDIA) and
+#                    /dev/infiniband when present. Mounts:
+#                      <repo>          -> /workspace/launcher   (also the working directory)
+#                      JOB_WORKSPACE   -> /outputs
+#                      DATASET_DIR     -> /datasets, read-only, only when it exists
+#                    Only the variables named in _CONTAINER_ENV_ALLOWLIST below cross, and only when set,
+#                    plus JOB_WORKSPACE=/outputs and MAXTEXT_REPO_DIR. Nothing else of this environment does.
+#
+# Both run from the repo directory; with no arguments the same environment opens as an interactive bash.
+#
+# Settings (configs/container_settings.sh, each overridable from the environment): DOCKER_IMAGE,
+# DOCKER_REGISTRY, MAXTEXT_REPO_DIR, DATASET_DIR, CONTAINER_NOFILE, CONTAINER_RUN_EXTRA_ARGS,
+# DOCKER_USERNAME / DOCKER_TOKEN. Also read: JOB_ID, NODE_RANK, JOB_WORKSPACE (default <repo>/outputs), VENV_DIR.
+#
+# Exit status: training's (the container's). SIGINT / SIGTERM stop our container only
+# (`<runtime> stop -t 10 <name>`) and exit 130 / 143. Usage or settings errors exit 2.
+#
+# Examples:
+#   _container.sh                                   # a shell where training would run
+#   _container.sh tiny -- steps=5
+#   CONTAINER_RUNTIME=docker DOCKER_IMAGE=./image.tar _container.sh tiny
+set -euo pipefail
+[[ -n ${_DEBUG:-} ]] && set -x
+
+_PROG=_container.sh
+SCRIPT_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# shellcheck source=utils/container_runtime.sh
+source "$SCRIPT_DIR/utils/container_runtime.sh"
+
+# Where things appear inside the container.
+_IN_SCRIPTS=/workspace/launcher
+_IN_OUTPUTS=/outputs
+_IN_DATASETS=/datasets
+# Label key that marks containers this launcher started; nothing without it is ever removed or stopped by name.
+_LABEL=maxtext-launcher
+
+# The allow-list: the only host variables that enter the container, each as --env NAME=VALUE when set (even
+# to ""). JOB_WORKSPACE is added separately with its in-container value, and MAXTEXT_REPO_DIR from the
+# settings. A new input of the training tier is added here and nowhere else.
+_CONTAINER_ENV_ALLOWLIST=(
+  JOB_ID JOB_NAME JOB_DIR                       # job identity; JOB_DIR is relative to JOB_WORKSPACE
+  NNODES NODE_RANK                              # node count and this node's 0-based rank
+  JAX_COORDINATOR_IP JAX_COORDINATOR_PORT       # rank 0's address (multi-node only)
+  MODEL_NAME MODEL_NAME_ALIAS EXP_TAG           # from the MODEL_SPEC
+  NODELIST_EXPANDED                             # comma-separated hostnames of the job
+  RAY RAY_PORT                                  # observability switch and port
+  STAGE_TIMEOUTS                                # per-stage timeout overrides
+  HARDWARE_PEAK_TFLOPS TUNE_PROFILE ENABLE_XLA_DUMP   # training-tier knobs
+)
+
+_die() { echo "$_PROG: $1" >&2; exit "${2:-1}"; }
+_usage_error() { _die "$1; see '$_PROG --help'" 2; }
+_say() { echo "[container] $*" >&2; }
+_usage() { sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "${BASH_SOURCE[0]}"; }
+
+# --- native -------------------------------------------------------------------------------------------
+
+# Puts the project venv first on PATH when it exists; returns 1 (changing nothing) when it does not.
+_activate_venv() {
+  local venv=${VENV_DIR:-$SCRIPT_DIR/.venv}
+  [[ $venv == /* ]] || venv=$PWD/$venv
+  [[ -x $venv/bin/python ]] || return 1
+  export VIRTUAL_ENV=$venv
+  export PATH=$venv/bin:$PATH
+  unset PYTHONHOME
+}
+
+_native_train() {
+  if ! _activate_venv; then
+    _say "no venv at ${VENV_DIR:-$SCRIPT_DIR/.venv}; using this environment's python as is"
+  fi
+  cd "$SCRIPT_DIR"
+  _say "runtime: none (native), venv: ${VIRTUAL_ENV:-none}"
+  exec "$SCRIPT_DIR/_train.sh" "$@"
+}
+
+_native_shell() {
+  if ! _activate_venv; then
+    _say "no venv at ${VENV_DIR:-$SCRIPT_DIR/.venv}; run utils/setup_env.sh to create it"
+  fi
+  cd "$SCRIPT_DIR"
+  exec bash -i
+}
+
+# --- container ----------------------------------------------------------------------------------------
+
+# maxtext-<JOB_ID>-node<NODE_RANK>, with every character docker and podman refuse in a name turned into "_".
+_container_name() {
+  local raw="maxtext-${JOB_ID:-unknown-$$}-node${NODE_RANK:-0}"
+  printf '%s' "${raw//[^A-Za-z0-9_.-]/_}"
+}
+
+# True when the first path component of an image reference is a registry host (has . or :, or is localhost).
+_names_registry() {
+  local first=${1%%/*}
+  [[ $1 == */* ]] && [[ $first == *.* || $first == *:* || $first == localhost ]]
+}
+
+_pull_image() {
+  local runtime=$1 image=$2 registry=""
+  _say "pulling $image"
+  if "$runtime" pull "$image" >&2; then return 0; fi
+  if [[ -n $DOCKER_USERNAME && -n $DOCKER_TOKEN ]]; then
+    if _names_registry "$image"; then registry=${image%%/*}; fi
+    _say "anonymous pull failed; logging in${registry:+ to $registry} as $DOCKER_USERNAME"
+    if printf '%s\n' "$DOCKER_TOKEN" |
+      "$runtime" login --username "$DOCKER_USERNAME" --password-stdin ${registry:+"$registry"} >&2 &&
+      "$runtime" pull "$image" >&2; then
+      return 0
+    fi
+  fi
+  _die "cannot pull $image with $runtime; check DOCKER_IMAGE / DOCKER_REGISTRY, or put DOCKER_USERNAME and DOCKER_TOKEN in configs/container_settings.local.sh"
+}
+
+# Prints the image reference to run: a local tarball is loaded first; a name without a registry gets
+# DOCKER_REGISTRY in front; a missing image is pulled.
+_resolve_image() {
+  local runtime=$1 image=$DOCKER_IMAGE out line loaded=""
+  if [[ $image == *.tar ]]; then
+    [[ -f $image ]] || _die "DOCKER_IMAGE=$image is not a file; point it at an image tarball or set an image name" 2
+    _say "loading $image"
+    out=$("$runtime" load -i "$image") || _die "'$runtime load -i $image' failed; check that the file is an image tarball"
+    printf '%s\n' "$out" >&2
+    while IFS= read -r line; do
+      # docker: "Loaded image: NAME" or "Loaded image ID: sha256:..."; podman: "Loaded image(s): A,B"
+      if [[ $line == "Loaded image"*": "* ]]; then loaded=${line#*: }; fi
+    done <<<"$out"
+    loaded=${loaded%%,*}
+    [[ -n $loaded ]] || _die "'$runtime load' named no image for $image; load it by hand and set DOCKER_IMAGE to its name"
+    printf '%s' "$loaded"
+    return 0
+  fi
+  if [[ -n $DOCKER_REGISTRY ]] && ! _names_registry "$image"; then image=$DOCKER_REGISTRY/$image; fi
+  if ! "$runtime" image inspect "$image" >/dev/null 2>&1; then _pull_image "$runtime" "$image"; fi
+  printf '%s' "$image"
+}
+
+# Removes a container of ours left over under NAME (a crashed earlier attempt of the same job and rank).
+# A container with that name that is not ours is left alone, and the run refused.
+_remove_leftover() {
+  local runtime=$1 name=$2 label
+  label=$("$runtime" container inspect --format "{{ index .Config.Labels \"$_LABEL\" }}" "$name" 2>/dev/null) || return 0
+  if [[ $label != 1 ]]; then
+    _die "a container named $name exists that this launcher did not start; remove it ($runtime rm -f $name) or use another JOB_ID"
+  fi
+  _say "removing leftover container $name"
+  "$runtime" rm -f "$name" >/dev/null || _die "cannot remove leftover container $name; remove it by hand ($runtime rm -f $name)"
+}
+
+_nvidia_present() {
+  command -v nvidia-smi >/dev/null 2>&1 && timeout -k 2 30 nvidia-smi -L >/dev/null 2>&1
+}
+
+# Appends the device flags for this host's GPUs and InfiniBand to _RUN_ARGS. _DEV_ROOT (tests only) is
+# prepended to /dev.
+_add_device_args() {
+  local runtime=$1 dev=${_DEV_ROOT:-}/dev
+  if [[ -e $dev/kfd && -d $dev/dri ]]; then
+    _RUN_ARGS+=(--device "$dev/kfd" --device "$dev/dri" --group-add video)
+    _say "GPUs: AMD ($dev/kfd, $dev/dri)"
+  elif _nvidia_present; then
+    if [[ $runtime == podman ]]; then _RUN_ARGS+=(--device nvidia.com/gpu=all); else _RUN_ARGS+=(--gpus all); fi
+    _say "GPUs: NVIDIA (all)"
+  else
+    echo "$_PROG: warning: no GPU found (no $dev/kfd with $dev/dri, and 'nvidia-smi -L' fails); the container gets no GPU" >&2
+  fi
+  if [[ -e $dev/infiniband ]]; then _RUN_ARGS+=(--device "$dev/infiniband"); fi
+}
+
+# Sets _RUNTIME, _CONTAINER_NAME, _IMAGE and _RUN_ARGS (everything between `run` and the image).
+_prepare_container() {
+  _RUNTIME=$1
+  # shellcheck source=configs/container_settings.sh
+  source "$SCRIPT_DIR/configs/container_settings.sh"
+  [[ $CONTAINER_NOFILE =~ ^[0-9]+$ ]] ||
+    _die "CONTAINER_NOFILE='$CONTAINER_NOFILE' is not a number; set it to an open-files limit such as 1048576" 2
+  local workspace=${JOB_WORKSPACE:-$SCRIPT_DIR/outputs} var
+  [[ $workspace == /* ]] || workspace=$PWD/$workspace
+  mkdir -p "$workspace" || _die "cannot create JOB_WORKSPACE $workspace; set JOB_WORKSPACE to a writable directory"
+  local -a extra=()
+  read -r -a extra <<<"$CONTAINER_RUN_EXTRA_ARGS"
+
+  _CONTAINER_NAME=$(_container_name)
+  _IMAGE=$(_resolve_image "$_RUNTIME") || exit
+  _remove_leftover "$_RUNTIME" "$_CONTAINER_NAME"
+
+  _RUN_ARGS=(--rm --name "$_CONTAINER_NAME" --label "$_LABEL=1" --label "$_LABEL.job=${JOB_ID:-unknown}"
+    --network=host --ipc=host --cap-add=SYS_PTRACE --ulimit "nofile=$CONTAINER_NOFILE:$CONTAINER_NOFILE"
+    -v "$SCRIPT_DIR:$_IN_SCRIPTS" -w "$_IN_SCRIPTS" -v "$workspace:$_IN_OUTPUTS")
+  if [[ -d $DATASET_DIR ]]; then _RUN_ARGS+=(-v "$DATASET_DIR:$_IN_DATASETS:ro"); fi
+  _add_device_args "$_RUNTIME"
+  for var in "${_CONTAINER_ENV_ALLOWLIST[@]}"; do
+    if [[ -v $var ]]; then _RUN_ARGS+=(--env "$var=${!var}"); fi
+  done
+  _RUN_ARGS+=(--env "JOB_WORKSPACE=$_IN_OUTPUTS" --env "MAXTEXT_REPO_DIR=$MAXTEXT_REPO_DIR")
+  _RUN_ARGS+=("${extra[@]}")
+  _say "runtime: $_RUNTIME, image: $_IMAGE, container: $_CONTAINER_NAME"
+}
+
+# Trap body: stop our container by name (nothing else), reap the client we started, exit 128+signal.
+_on_signal() {
+  trap '' INT TERM
+  _say "caught SIG$1: stopping container $_CONTAINER_NAME"
+  timeout -k 5 60 "$_RUNTIME" stop -t 10 "$_CONTAINER_NAME" >/dev/null 2>&1 || true
+  if [[ -n ${_RUN_PID:-} ]]; then
+    local i
+    kill -TERM "$_RUN_PID" 2>/dev/null || true
+    for ((i = 0; i < 50; i++)); do
+      kill -0 "$_RUN_PID" 2>/dev/null || break
+      sleep 0.1
+    done
+    kill -KILL "$_RUN_PID" 2>/dev/null || true
+    wait "$_RUN_PID" 2>/dev/null || true
+  fi
+  exit "$2"
+}
+
+_container_train() {
+  local runtime=$1 cmd rc=0
+  shift
+  _prepare_container "$runtime"
+  printf -v cmd ' %q' "$@"
+  cmd="exec $_IN_SCRIPTS/_train.sh$cmd"
+  _RUN_PID=""
+  trap '_on_signal INT 130' INT
+  trap '_on_signal TERM 143' TERM
+  "$_RUNTIME" run "${_RUN_ARGS[@]}" "$_IMAGE" bash -c "$cmd" &
+  _RUN_PID=$!
+  wait "$_RUN_PID" || rc=$?
+  exit "$rc"
+}
+
+_container_shell() {
+  local tty=-i
+  _prepare_container "$1"
+  if [[ -t 0 && -t 1 ]]; then tty=-it; fi
+  exec "$_RUNTIME" run "$tty" "${_RUN_ARGS[@]}" "$_IMAGE" bash
+}
+
+# --- entry --------------------------------------------------------------------------------------------
+
+main() {
+  local runtime
+  if (( $# == 0 )); then
+    runtime=$(detect_container_runtime) || exit 2
+    if [[ $runtime == none ]]; then _native_shell; else _container_shell "$runtime"; fi
+  fi
+  case $1 in
+    -h | --help) _usage; exit 0 ;;
+    --) _usage_error "missing MODEL_NAME before '--'" ;;
+    -*) _usage_error "unknown option '$1'" ;;
+  esac
+  [[ $1 =~ ^[A-Za-z0-9][A-Za-z0-9._+-]*$ ]] ||
+    _usage_error "'$1' is not a model name (letters, digits and . _ + - only)"
+  if (( $# > 1 )) && [[ $2 != -- ]]; then
+    _usage_error "unexpected '$2' after MODEL_NAME; passthrough arguments go after '--'"
+  fi
+  runtime=$(detect_container_runtime) || exit 2
+  [[ -x $SCRIPT_DIR/_train.sh ]] ||
+    _die "$SCRIPT_DIR/_train.sh is missing or not executable; restore it (git checkout -- _train.sh)"
+  if [[ $runtime == none ]]; then _native_train "$@"; else _container_train "$runtime" "$@"; fi
+}
+
+main "$@"
