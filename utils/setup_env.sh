@@ -54,11 +54,14 @@ _lock_digest() { { sha256sum "$_LOCK_FILE" | cut -d' ' -f1; "$1" -V 2>&1; } | sh
 
 _up_to_date() { [[ -f $_STAMP && -x $_VENV_DIR/bin/python && $(<"$_STAMP") == "$1" ]]; }
 
-# MaxText already importable outside any venv means we are inside a training image.
+# MaxText importable by a python3 that is not itself a venv's means we are inside a training image.
 _image_has_maxtext() {
   local py
   py=$(command -v python3 || true)
-  [[ -n $py ]] && "$py" -c 'import importlib.util as u, sys; sys.exit(0 if (u.find_spec("MaxText") or u.find_spec("maxtext")) else 1)' 2>/dev/null
+  [[ -n $py ]] && "$py" -c '
+import importlib.util as u, sys
+in_venv = sys.prefix != sys.base_prefix
+sys.exit(0 if not in_venv and (u.find_spec("MaxText") or u.find_spec("maxtext")) else 1)' 2>/dev/null
 }
 
 main() {
