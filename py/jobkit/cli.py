@@ -1,0 +1,139 @@
+"""`python -m jobkit <command>`: tgs (throughput report), mfu (peak table), why (failure reason).
+
+Errors are one line on stderr with a non-zero exit: 1 = bad input (log file
+missing or unreadable, bad --steady), 2 = no step lines, 3 = no NNODES header.
+"""
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import click
+
+from jobkit import failures, gpu, logparse, tgs
+from jobkit.mfu import ENV_PEAK
+from jobkit.peaks import PEAK_TFLOPS, format_row
+
+EXIT_BAD_INPUT, EXIT_NO_STEPS, EXIT_NO_NNODES = 1, 2, 3
+REPO_ROOT = Path(__file__).resolve().parents[2]
+STATUSES = ("SUCCESS", "FAILED", "CANCELLED")
+
+
+def _fail(command: str, message: str, code: int):
+    click.echo(f"jobkit {command}: {message}", err=True)
+    sys.exit(code)
+
+
+def _load(command: str, path: str) -> logparse.JobLog:
+    if not os.path.isfile(path):
+        _fail(command, f"no such log file: {path}", EXIT_BAD_INPUT)
+    try:
+        return logparse.parse_file(path)
+    except OSError as exc:
+        _fail(command, f"cannot read {path}: {exc.strerror or exc}", EXIT_BAD_INPUT)
+
+
+def _default_yml(log: logparse.JobLog) -> str | None:
+    # The launcher's model configs live in <repo>/configs/<MODEL_NAME>.yml.
+    model = log.header.get("MODEL_NAME")
+    if not model:
+        return None
+    for name in (f"{model}.yml", f"{model}.gpu.yml"):
+        candidate = REPO_ROOT / "configs" / name
+        if candidate.is_file():
+            return str(candidate)
+    return None
+
+
+def resolve_status(status: str | None, exit_code: int | None, log: logparse.JobLog) -> str | None:
+    """--status, else the log's JOB SUMMARY, else the exit code; None if unknown."""
+    if status:
+        return status.upper()
+    if log.footer_status:
+        return log.footer_status
+    if exit_code is not None:
+        return "SUCCESS" if exit_code == 0 else "FAILED"
+    return None
+
+
+def verdict(log: logparse.JobLog, status: str | None, exit_code: int | None) -> str:
+    """`PASS`, `FAIL (<reason class>)` or `status unknown`."""
+    status = resolve_status(status, exit_code, log)
+    if status is None:
+        return "status unknown"
+    if status == "SUCCESS":
+        return "PASS"
+    if exit_code is None:
+        exit_code = log.footer_exit
+    found = failures.classify(failures.read_tail(log.path), status, exit_code, has_steps=bool(log.entries))
+    return f"FAIL ({found.reason})"  # the class only; `jobkit why` gives detail and evidence
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def main():
+    """Tools for MaxText job logs and MFU."""
+
+
+@main.command("tgs")
+@click.argument("logfile")
+@click.option("--steady", default="5:14", show_default=True, help="Steady window FIRST:LAST (inclusive steps).")
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+@click.option("--line", "as_line", is_flag=True, help="Print the one-line end-of-run summary.")
+@click.option("--status", type=click.Choice(STATUSES, case_sensitive=False), help="How the run ended (for --line).")
+@click.option("--exit-code", type=int, help="The run's exit code (for --line).")
+@click.option("--config", "yml", help="MaxText yml of the run (profiler window); default configs/<MODEL_NAME>.yml.")
+def tgs_command(logfile, steady, as_json, as_line, status, exit_code, yml):
+    """Throughput report for LOGFILE: windows table, --json, or --line."""
+    try:
+        window = tgs.parse_steady(steady)
+    except ValueError as exc:
+        _fail("tgs", str(exc), EXIT_BAD_INPUT)
+    log = _load("tgs", logfile)
+    if log.nnodes is None:
+        _fail("tgs", f"{logfile}: no NNODES= header line (not a job log?)", EXIT_NO_NNODES)
+    summary = tgs.summarize(log, window, yml or _default_yml(log))
+    if as_line:
+        click.echo(tgs.format_line(summary, verdict(log, status, exit_code)))
+        return
+    if not log.entries:
+        _fail("tgs", f"{logfile}: no 'completed step' lines (runs need steps>={window[1] + 1} for a steady TGS)", EXIT_NO_STEPS)
+    if as_json:
+        click.echo(json.dumps(tgs.to_dict(summary), indent=2))
+    else:
+        click.echo(tgs.format_table(summary))
+
+
+@main.command("mfu")
+@click.option("--list", "show_all", is_flag=True, help="Print the whole peak table.")
+def mfu_command(show_all):
+    """Detected accelerator and its peak row, or the known-accelerator table."""
+    override = os.environ.get(ENV_PEAK, "").strip()
+    if override and override.lower() not in ("0", "auto"):
+        click.echo(f"override: {ENV_PEAK}={override} (used instead of the table)")
+    found = gpu.detect()
+    if found and found.model:
+        click.echo(f"detected: {found.raw} (via {found.tool}) -> {found.model}")
+        click.echo(format_row(found.model) + "   dense TFLOP/s per device")
+        if not show_all:
+            return
+    elif found:
+        click.echo(f"unknown accelerator: {found.raw} (via {found.tool}); set {ENV_PEAK}=<dense peak per device>")
+    else:
+        click.echo(f"no known accelerator detected (rocminfo, amd-smi, nvidia-smi); set {ENV_PEAK} to report MFU")
+    click.echo("known accelerators (dense TFLOP/s per device):")
+    for model in PEAK_TFLOPS:
+        click.echo("  " + format_row(model))
+
+
+@main.command("why")
+@click.argument("logfile")
+@click.option("--status", type=click.Choice(STATUSES, case_sensitive=False))
+@click.option("--exit-code", type=int)
+def why_command(logfile, status, exit_code):
+    """Classify why the run in LOGFILE failed."""
+    log = _load("why", logfile)
+    found = failures.classify(failures.read_tail(logfile), status, exit_code, has_steps=bool(log.entries))
+    click.echo(found.label)
+    if found.evidence:
+        click.echo(f"  evidence: {found.evidence}")

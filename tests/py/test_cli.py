@@ -1,0 +1,117 @@
+"""`python -m jobkit` commands through click's CliRunner (and once for real)."""
+
+import json
+import os
+import re
+import subprocess
+import sys
+
+from click.testing import CliRunner
+from conftest import FIXTURES, JOBKIT_LOGS, PY_DIR, TOOLS
+
+from jobkit import cli, peaks
+
+MFU_LOG = str(JOBKIT_LOGS / "launch-tiny-20steps-mfu.log")
+BAD_KEY_LOG = str(JOBKIT_LOGS / "launch-config-error-no_such_key.log")
+LINE_RE = re.compile(r"tiny 1N \(job local_20261122_054800_ab12\): [\d,]+ TGS/device, [\d.]+% MFU — PASS\n")
+
+
+def run(*args):
+    return CliRunner().invoke(cli.main, list(args))
+
+
+def test_line_pass():
+    r = run("tgs", "--line", MFU_LOG, "--status", "SUCCESS", "--exit-code", "0")
+    assert r.exit_code == 0
+    assert LINE_RE.fullmatch(r.stdout), r.stdout
+
+
+def test_line_failed_uses_classifier():
+    r = run("tgs", "--line", BAD_KEY_LOG, "--status", "FAILED", "--exit-code", "1")
+    assert r.exit_code == 0
+    assert r.stdout == "tiny 1N (job local_20261122_055000_ef56): TGS n/a (no step lines) — FAIL (config-error)\n"
+
+
+def test_line_cancelled():
+    r = run("tgs", "--line", MFU_LOG, "--status", "cancelled")
+    assert r.stdout.rstrip().endswith("— FAIL (cancelled)")
+
+
+def test_line_status_from_exit_code_and_footer(tmp_path):
+    assert run("tgs", "--line", MFU_LOG, "--exit-code", "0").stdout.rstrip().endswith("— PASS")
+    assert run("tgs", "--line", MFU_LOG).stdout.rstrip().endswith("— status unknown")
+    log = tmp_path / "with-footer.log"
+    log.write_text(open(MFU_LOG).read() + "==== JOB SUMMARY ====\n  Status: FAILED (exit 137)\n=====\n")
+    assert run("tgs", "--line", str(log)).stdout.rstrip().endswith("— FAIL (killed-by-signal)")
+
+
+def test_table():
+    r = run("tgs", MFU_LOG)
+    assert r.exit_code == 0
+    assert re.search(r"^steady\s+5-14\s+10\s", r.stdout, re.M)
+    assert "TGS (steady mean):" in r.stdout
+
+
+def test_json_and_custom_steady():
+    r = run("tgs", MFU_LOG, "--json", "--steady", "10:19")
+    assert r.exit_code == 0
+    d = json.loads(r.stdout)
+    assert d["steady_window"] == [10, 19]
+    assert d["windows"]["steady"]["range"] == [10, 19]
+    assert d["windows"]["tail"]["n"] == 0
+    assert d["nnodes"] == 1 and d["model"] == "tiny"
+
+
+def test_missing_file():
+    r = run("tgs", "/nonexistent/x.log")
+    assert r.exit_code == 1
+    assert r.stderr == "jobkit tgs: no such log file: /nonexistent/x.log\n"
+
+
+def test_no_nnodes_header():
+    r = run("tgs", str(FIXTURES / "logs" / "maxtext-cpu-tiny-20steps.log"))
+    assert r.exit_code == 3
+    assert "no NNODES= header" in r.stderr and r.stderr.count("\n") == 1
+
+
+def test_no_step_lines():
+    r = run("tgs", BAD_KEY_LOG)
+    assert r.exit_code == 2
+    assert "no 'completed step' lines" in r.stderr and r.stderr.count("\n") == 1
+
+
+def test_bad_steady_spec():
+    r = run("tgs", MFU_LOG, "--steady", "14:5")
+    assert r.exit_code != 0 and "FIRST <= LAST" in r.stderr
+
+
+def test_mfu_detected(tool_path):
+    tool_path("nvidia-smi", TOOLS / "nvidia-smi-h100.txt")
+    r = run("mfu")
+    assert r.exit_code == 0
+    assert "detected: NVIDIA H100 80GB HBM3 (via nvidia-smi) -> H100" in r.stdout
+    assert "bf16=989.4" in r.stdout and "known accelerators" not in r.stdout
+
+
+def test_mfu_nothing_detected_lists_table(tool_path, clean_env):
+    r = run("mfu")
+    assert r.exit_code == 0
+    assert "no known accelerator detected" in r.stdout
+    for model in peaks.PEAK_TFLOPS:
+        assert re.search(rf"^  {re.escape(model)}\s+bf16=", r.stdout, re.M), model
+
+
+def test_why():
+    r = run("why", str(JOBKIT_LOGS / "maxtext-rank0-deadline-exceeded.log"), "--exit-code", "134")
+    assert r.stdout.splitlines()[0] == "distributed-timeout"
+    assert "Coordination service agent failed to register" in r.stdout
+
+
+def test_python_dash_m_entry_point():
+    env = dict(os.environ, PYTHONPATH=str(PY_DIR))
+    done = subprocess.run(
+        [sys.executable, "-m", "jobkit", "tgs", "--line", MFU_LOG, "--status", "SUCCESS"],
+        capture_output=True, text=True, env=env, timeout=60,
+    )
+    assert done.returncode == 0
+    assert LINE_RE.fullmatch(done.stdout)

@@ -1,0 +1,215 @@
+"""Log parsing and TGS statistics on recorded MaxText logs."""
+
+import re
+import statistics
+
+import pytest
+from conftest import FIXTURES, JOBKIT_LOGS
+
+from jobkit import logparse, tgs
+
+RAW_LOG = FIXTURES / "logs" / "maxtext-cpu-tiny-20steps.log"
+MFU_LOG = JOBKIT_LOGS / "launch-tiny-20steps-mfu.log"
+SHORT_LOG = JOBKIT_LOGS / "launch-tiny-3steps-mfu.log"
+PROFILER_LOG = JOBKIT_LOGS / "maxtext-profiler-xplane-s5-p3.log"
+TWO_NODE_LOG = JOBKIT_LOGS / "maxtext-2proc-srun-l.log"
+HEADER = "JOB_ID=local_20261122_101010_ab12\nJOB_NAME=JAX-tiny\nNNODES=1\nMODEL_NAME=tiny\n"
+
+
+def grep_values(path, field, steps, prefix=""):
+    """Independent reading of a field from step lines, by plain regex."""
+    out = {}
+    for line in path.read_text().splitlines():
+        m = re.search(rf"^{prefix}.*completed step: (\d+),.*?{re.escape(field)}: ([0-9.]+)", line)
+        if m and int(m.group(1)) in steps:
+            out.setdefault(int(m.group(1)), []).append(float(m.group(2)))
+    return out
+
+
+# ---- step lines ----------------------------------------------------------------
+
+
+def test_parse_real_step_line_without_mfu():
+    line = next(l for l in RAW_LOG.read_text().splitlines() if "completed step: 5," in l)
+    e = logparse.parse_step_line(line)
+    assert e == logparse.StepEntry(5, None, 0.012, 0.014, None, 20959.555, 6.018)
+
+
+def test_parse_real_step_line_with_mfu_and_srun_prefix():
+    line = next(l for l in MFU_LOG.read_text().splitlines() if "completed step: 7," in l)
+    e = logparse.parse_step_line("1: " + line)
+    assert e.node == 1 and e.step == 7
+    assert e.mfu == pytest.approx(e.tflops * 100, abs=0.006)  # HARDWARE_PEAK_TFLOPS=1
+
+
+def test_loss_is_not_confused_with_lm_loss():
+    e = logparse.parse_step_line("completed step: 3, seconds: 1.0, lm_loss: 9.000, loss: 2.500")
+    assert e.loss == 2.5
+
+
+def test_non_step_lines_are_ignored():
+    assert logparse.parse_step_line("Per train step:") is None
+    assert logparse.parse_step_line(" Total TFLOPs: 0.00 ") is None
+
+
+def test_header_is_read_including_quoted_passthrough():
+    log = logparse.parse_file(PROFILER_LOG)
+    assert log.header["JOB_ID"] == "local_20261122_054555_0a0b"
+    assert log.nnodes == 1
+    assert log.passthrough_args() == ["profiler=xplane", "skip_first_n_steps_for_profiler=5", "profiler_steps=3"]
+
+
+def test_legacy_slurm_node_count_header():
+    log = logparse.parse_text("SLURM_JOB_NUM_NODES=4\n")
+    assert log.nnodes == 4
+
+
+def test_footer_status_with_ansi_colour():
+    log = logparse.parse_text(HEADER + "==== JOB SUMMARY ====\n  Status: \x1b[31mFAILED (exit 137)\x1b[0m\n")
+    assert (log.footer_status, log.footer_exit) == ("FAILED", 137)
+
+
+# ---- windows and stats ----------------------------------------------------------
+
+
+def test_steady_stats_match_an_independent_computation():
+    s = tgs.summarize(logparse.parse_file(MFU_LOG))
+    steady = range(5, 15)
+    tgs_vals = [v[0] for _, v in sorted(grep_values(MFU_LOG, "Tokens/s/device", steady).items())]
+    mfu_vals = [v[0] for _, v in sorted(grep_values(MFU_LOG, "MFU", steady).items())]
+    assert len(tgs_vals) == 10
+    st = s.windows["steady"].stats("tgs")
+    assert st.mean == pytest.approx(statistics.fmean(tgs_vals))
+    assert st.std == pytest.approx(statistics.pstdev(tgs_vals))
+    assert s.mfu == pytest.approx(statistics.fmean(mfu_vals))
+    assert s.final_loss == 5.965
+
+
+def test_windows_cover_the_run():
+    s = tgs.summarize(logparse.parse_file(MFU_LOG))
+    assert s.windows["all"].span == (0, 19)
+    assert s.windows["warmup"].steps == [0, 1, 2, 3, 4]
+    assert s.windows["steady"].steps == list(range(5, 15))
+    assert s.windows["tail"].steps == list(range(15, 20))
+    assert not any("needs steps" in w for w in s.warnings)
+
+
+def test_custom_steady_window():
+    s = tgs.summarize(logparse.parse_file(MFU_LOG), steady=(2, 4))
+    assert s.windows["steady"].steps == [2, 3, 4]
+    assert s.windows["warmup"].steps == [0, 1]
+
+
+def test_short_run_has_no_steady_tgs_and_warns():
+    s = tgs.summarize(logparse.parse_file(SHORT_LOG))
+    assert s.tgs is None
+    assert any("needs steps>=15" in w for w in s.warnings)
+    line = tgs.format_line(s, "PASS")
+    assert line == "tiny 1N (job local_20261122_054900_cd34): TGS n/a (steady window 5-14 needs steps>=15, run logged 3) — PASS"
+
+
+def test_partial_steady_window_is_flagged_in_the_line():
+    log = logparse.parse_file(MFU_LOG)
+    log.entries = [e for e in log.entries if e.step < 10]
+    line = tgs.format_line(tgs.summarize(log), "PASS")
+    assert "TGS/device (5/10 steady steps)" in line
+
+
+def test_profiler_window_from_passthrough_is_left_out():
+    s = tgs.summarize(logparse.parse_file(PROFILER_LOG))
+    assert s.excluded == (5, 8)
+    assert s.windows["steady"].steps == [9, 10, 11, 12, 13, 14]
+    # The dump step (S+P = 8) is the slow one in this real run: leaving it out matters.
+    slow = max(s.windows["all"].points, key=lambda p: p.seconds if p.step > 1 else 0)
+    assert slow.step == 8
+
+
+def test_profiler_window_from_yml_and_config_param_precedence(tmp_path):
+    yml = tmp_path / "m.yml"
+    yml.write_text('profiler: "xplane"\nskip_first_n_steps_for_profiler: 3\nprofiler_steps: 2\n')
+    log = logparse.parse_file(MFU_LOG)
+    assert tgs.profiler_window(log, str(yml)) == (3, 5)
+    # MaxText's own `Config param` lines (log_config=true) win over the yml.
+    log.config_params = {"profiler_steps": "4"}
+    assert tgs.profiler_window(log, str(yml)) == (3, 7)
+    assert tgs.profiler_window(log, None) is None  # no profiler set anywhere
+
+
+def test_profiler_defaults_are_maxtexts():
+    log = logparse.parse_text(HEADER.replace("NNODES=1", 'NNODES=1\nPASSTHROUGH_ARGS="profiler=xplane"'))
+    assert tgs.profiler_window(log) == (1, 6)
+
+
+def test_srun_prefixed_copy_gives_the_same_numbers():
+    lines = RAW_LOG.read_text().splitlines()
+    plain = tgs.summarize(logparse.parse_text(HEADER + "\n".join(lines)))
+    prefixed = tgs.summarize(logparse.parse_text(HEADER + "\n".join("0: " + l for l in lines)))
+    assert prefixed.tgs == plain.tgs and plain.tgs is not None
+    assert {e.node for e in prefixed.log.entries} == {0}
+
+
+def test_two_nodes_are_averaged_per_step():
+    s = tgs.summarize(logparse.parse_file(TWO_NODE_LOG))
+    assert s.log.nnodes == 2 and s.entries_per_step == 2
+    per_node = grep_values(TWO_NODE_LOG, "Tokens/s/device", range(5, 15), prefix=r"[01]: ")
+    assert all(len(v) == 2 for v in per_node.values())
+    step7 = next(p for p in s.points if p.step == 7)
+    assert step7.tgs == pytest.approx(statistics.fmean(per_node[7]))
+    assert s.tgs == pytest.approx(statistics.fmean(statistics.fmean(v) for v in per_node.values()))
+    assert s.loss_mismatch_steps == []
+    assert not any("node" in w for w in s.warnings)
+
+
+def test_loss_disagreement_between_nodes_is_reported():
+    text = TWO_NODE_LOG.read_text()
+    bad = re.sub(r"^(1: .*completed step: 12,.*? loss: )5\.\d+", r"\g<1>7.000", text, count=1, flags=re.M)
+    assert bad != text
+    s = tgs.summarize(logparse.parse_text(bad))
+    assert s.loss_mismatch_steps == [12]
+    assert any("loss differs between nodes at steps 12" in w for w in s.warnings)
+
+
+def test_missing_node_is_reported():
+    text = "\n".join(l for l in TWO_NODE_LOG.read_text().splitlines() if not l.startswith("1: "))
+    s = tgs.summarize(logparse.parse_text(text))
+    assert any("NNODES=2 but step lines came from 1" in w for w in s.warnings)
+
+
+# ---- presentation ------------------------------------------------------------------
+
+
+def test_line_format():
+    s = tgs.summarize(logparse.parse_file(MFU_LOG))
+    line = tgs.format_line(s, "PASS")
+    assert re.fullmatch(r"tiny 1N \(job local_20261122_054800_ab12\): \d{1,3}(,\d{3})+ TGS/device, \d+\.\d% MFU — PASS", line)
+    assert tgs.fmt_tgs(s.tgs) in line
+
+
+def test_line_without_mfu_omits_it():
+    line = tgs.format_line(tgs.summarize(logparse.parse_file(PROFILER_LOG)), "PASS")
+    assert "MFU" not in line and "TGS/device" in line
+
+
+def test_number_formats():
+    assert tgs.fmt_tgs(12345.678) == "12,346"
+    assert tgs.fmt_tgs(12.345) == "12.35"
+    assert tgs.fmt_pct(1.234) == "1.2"
+    assert tgs.fmt_pct(0.0456) == "0.05"
+
+
+def test_table_has_all_windows_and_json_is_consistent():
+    s = tgs.summarize(logparse.parse_file(MFU_LOG))
+    table = tgs.format_table(s)
+    for name, span in (("all", "0-19"), ("warmup", "0-4"), ("steady", "5-14"), ("tail", "15-19")):
+        assert re.search(rf"^{name}\s+{span}\s", table, re.M), name
+    d = tgs.to_dict(s)
+    assert d["windows"]["steady"]["n"] == 10 and d["windows"]["steady"]["range"] == [5, 14]
+    assert d["tgs"] == pytest.approx(s.tgs)
+    assert len(d["per_step"]) == 20
+
+
+def test_parse_steady():
+    assert tgs.parse_steady("5:14") == (5, 14)
+    for bad in ("5", "9:3", "a:b", "-1:4"):
+        with pytest.raises(ValueError):
+            tgs.parse_steady(bad)
