@@ -89,7 +89,8 @@ _native_shell() {
     _say "no venv at ${VENV_DIR:-$SCRIPT_DIR/.venv}; run utils/setup_env.sh to create it"
   fi
   cd "$SCRIPT_DIR"
-  exec bash -i
+  # ~/.bashrc may put other interpreters first on PATH (pyenv shims); the rc file re-activates the venv after it.
+  TRAIN_SHELL_VENV=${VIRTUAL_ENV:-} exec bash --rcfile "$SCRIPT_DIR/utils/train_shell.bashrc" -i
 }
 
 # --- container ----------------------------------------------------------------------------------------

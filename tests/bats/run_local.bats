@@ -94,3 +94,11 @@ bad_input() {
   [ "$status" -eq 2 ]
   [[ $output == *"not implemented yet"*run_local.sh* ]]
 }
+
+@test "no arguments: an interactive shell in the training environment (native venv)" {
+  run bash -c "echo 'echo VENV=\$VIRTUAL_ENV; echo PY=\$(command -v python3); exit 7' | '$REPO_DIR/run_local.sh' 2>/dev/null"
+  [ "$status" -eq 7 ]
+  [[ $output == *"VENV=$REPO_DIR/.venv"* ]]
+  [[ $output == *"PY=$REPO_DIR/.venv/bin/python3"* ]]
+  [ ! -e "$JOB_WORKSPACE" ]
+}
