@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Usage: _container.sh [<MODEL_NAME> [-- <passthrough> ...]]
+# Usage: _container.sh [<MODEL_NAME> [-- <passthrough> ...] | --pull]
 # Summary: Run _train.sh, or with no arguments an interactive bash, in the training environment
 #
 # The runtime is CONTAINER_RUNTIME (podman | docker | none), or detected when empty (utils/container_runtime.sh).
@@ -15,6 +15,9 @@
 #                      DATASET_DIR     -> /datasets, read-only, only when it exists
 #                    Only the variables named in _CONTAINER_ENV_ALLOWLIST below cross, and only when set,
 #                    plus JOB_WORKSPACE=/outputs and MAXTEXT_REPO_DIR. Nothing else of this environment does.
+#
+# --pull only makes the image present on this node (load a tarball, or pull what is missing) and exits;
+# natively there is nothing to pull. The Slurm job runs it on every node as an all-nodes-ready barrier.
 #
 # Both run from the repo directory; with no arguments the same environment opens as an interactive bash.
 #
@@ -258,6 +261,15 @@ main() {
   fi
   case $1 in
     -h | --help) _usage; exit 0 ;;
+    --pull)
+      runtime=$(detect_container_runtime) || exit 2
+      if [[ $runtime == none ]]; then _say "runtime: none (native): no image to pull"; exit 0; fi
+      # shellcheck source=configs/container_settings.sh
+      source "$SCRIPT_DIR/configs/container_settings.sh"
+      local image
+      image=$(_resolve_image "$runtime") || exit
+      _say "image ready on $(hostname -s): $image"
+      exit 0 ;;
     --) _usage_error "missing MODEL_NAME before '--'" ;;
     -*) _usage_error "unknown option '$1'" ;;
   esac

@@ -117,7 +117,7 @@ detect() {
   done
   run "$SCRIPTS/_container.sh" --help
   [ "$status" -eq 0 ]
-  [[ ${lines[0]} == "Usage: _container.sh [<MODEL_NAME> [-- <passthrough> ...]]" ]]
+  [[ ${lines[0]} == "Usage: _container.sh [<MODEL_NAME> [-- <passthrough> ...] | --pull]" ]]
   [[ $output == *"Summary:"* ]]
 }
 
@@ -259,6 +259,22 @@ detect() {
   CONTAINER_RUNTIME=docker STUB_IMAGE_PRESENT=0 STUB_PULL_NEEDS_LOGIN=1 STUB_RUN_RC=0 run_container tiny
   [ "$status" -eq 1 ]
   [[ $output == *"cannot pull docker.io/rocm/jax-training:maxtext-v26.2 with docker; "*"DOCKER_TOKEN"* ]]
+}
+
+@test "--pull: pulls a missing image and runs nothing; natively there is nothing to pull" {
+  make_sandbox docker
+  CONTAINER_RUNTIME=docker STUB_IMAGE_PRESENT=0 run_container --pull
+  [ "$status" -eq 0 ]
+  assert_argv_has "$STUB_LOG_DIR/docker-pull.argv" pull docker.io/rocm/jax-training:maxtext-v26.2
+  [ ! -e "$STUB_LOG_DIR/docker-run.argv" ]
+  [[ $output == *"image ready on"* ]]
+  rm "$STUB_LOG_DIR/docker-pull.argv"
+  CONTAINER_RUNTIME=docker run_container --pull
+  [ "$status" -eq 0 ]
+  [ ! -e "$STUB_LOG_DIR/docker-pull.argv" ]   # present already: no pull
+  CONTAINER_RUNTIME=none run_container --pull
+  [ "$status" -eq 0 ]
+  [[ $output == *"no image to pull"* ]]
 }
 
 @test "leftover: our container with the same name is removed first; someone else's is refused" {

@@ -1,0 +1,59 @@
+#!/usr/bin/env bats
+# Code snapshots for submitted jobs (utils/artifact.sh).
+
+load test_helper
+
+setup() {
+  source "$REPO_DIR/utils/artifact.sh"
+  SRC=$BATS_TEST_TMPDIR/src WS=$BATS_TEST_TMPDIR/ws
+  mkdir -p "$SRC/utils" "$SRC/outputs/old" "$SRC/.venv/bin"
+  (cd "$SRC" && git init -q && git config user.email t@t && git config user.name t)
+  printf 'outputs/\n.venv/\n*.log\n' >"$SRC/.gitignore"
+  echo 'echo v1' >"$SRC/run.sh"; echo lib >"$SRC/utils/lib.sh"; echo gone >"$SRC/deleted.txt"
+  ln -s run.sh "$SRC/link.sh"
+  (cd "$SRC" && git add -A && git commit -qm first)
+  rm "$SRC/deleted.txt"
+  echo new >"$SRC/untracked.sh"; echo x >"$SRC/outputs/old/result"; echo x >"$SRC/.venv/bin/python"
+  echo x >"$SRC/debug.log"; echo 'echo v2' >"$SRC/run.sh"
+}
+
+@test "the snapshot holds what git calls the project: tracked + untracked-not-ignored, no .git" {
+  dest=$(make_artifact "$SRC" "$WS")
+  [[ $dest == "$WS"/.artifacts/artifact_[0-9]*_[0-9]*_[0-9a-f][0-9a-f][0-9a-f][0-9a-f] ]]
+  [ "$(cat "$dest/run.sh")" = "echo v2" ]          # the work tree as it is, edits included
+  [ -f "$dest/utils/lib.sh" ] && [ -f "$dest/untracked.sh" ]
+  [ -L "$dest/link.sh" ]
+  [ ! -e "$dest/.git" ] && [ ! -e "$dest/outputs" ] && [ ! -e "$dest/.venv" ] && [ ! -e "$dest/debug.log" ]
+  [ ! -e "$dest/deleted.txt" ]
+}
+
+@test "git_summary.txt records branch, commit, changes and untracked files" {
+  dest=$(make_artifact "$SRC" "$WS")
+  grep -q '^== COMMIT ==' "$dest/git_summary.txt"
+  grep -q '^first$' "$dest/git_summary.txt"
+  grep -q 'M run.sh' "$dest/git_summary.txt"
+  grep -q '^untracked.sh$' "$dest/git_summary.txt"
+  grep -q '^+echo v2$' "$dest/git_summary.txt"
+}
+
+@test "the snapshot is read-only, later edits to the source do not reach it, and it can be removed" {
+  dest=$(make_artifact "$SRC" "$WS")
+  echo 'echo v3' >"$SRC/run.sh"
+  [ "$(cat "$dest/run.sh")" = "echo v2" ]
+  [ ! -w "$dest/run.sh" ] || [ "$(id -u)" -eq 0 ]
+  [ "$(stat -c %A "$dest/run.sh")" = "-r--r--r--" ]
+  remove_artifact "$dest"
+  [ ! -e "$dest" ]
+}
+
+@test "submit_cmd.txt: non-default environment prefixes and the exact quoted command" {
+  dest=$(make_artifact "$SRC" "$WS")
+  RAY=1 STAGE_TIMEOUTS="train:60" write_submit_cmd "$dest" ./submit.sh tiny -N 2 -- "a=b c"
+  [ "$(cat "$dest/submit_cmd.txt")" = 'RAY=1 STAGE_TIMEOUTS=train:60 ./submit.sh tiny -N 2 -- a=b\ c' ]
+}
+
+@test "a snapshot of this repo carries its scripts and none of its local state" {
+  dest=$(make_artifact "$REPO_DIR" "$WS")
+  [ -x "$dest/run_local.sh" ] && [ -x "$dest/_job.sbatch" ] && [ -f "$dest/requirements.lock" ]
+  [ ! -e "$dest/.venv" ] && [ ! -e "$dest/outputs" ] && [ ! -e "$dest/.git" ]
+}

@@ -1,0 +1,74 @@
+#!/usr/bin/env bats
+# Stage time limits (utils/stage_timeout.sh): defaults, STAGE_TIMEOUTS overrides and their errors, stage lines.
+
+load test_helper
+
+setup() {
+  source "$REPO_DIR/utils/stage_timeout.sh"
+  unset STAGE_TIMEOUTS
+}
+
+@test "defaults apply; overrides take seconds or none, case-insensitive, spaces tolerated" {
+  stage_timeouts_init preflight:900 pull:900 ecc:300 train:none
+  [ "${STAGE_LIMITS[preflight]}" = 900 ]
+  [ "${STAGE_LIMITS[train]}" = none ]
+  STAGE_TIMEOUTS="preflight:600, train:86400,ecc:NONE,pull:-1" stage_timeouts_init preflight:900 pull:900 ecc:300 train:none
+  [ "${STAGE_LIMITS[preflight]}" = 600 ]
+  [ "${STAGE_LIMITS[train]}" = 86400 ]
+  [ "${STAGE_LIMITS[ecc]}" = none ]
+  [ "${STAGE_LIMITS[pull]}" = none ]
+}
+
+@test "an unknown stage is rejected, listing the valid stages" {
+  STAGE_TIMEOUTS="trian:5" run stage_timeouts_init preflight:900 train:none
+  [ "$status" -ne 0 ]
+  [[ $output == *"unknown stage 'trian'; valid stages:"*preflight* ]]
+  [[ $output == *train* ]]
+}
+
+@test "0, text and a missing value are rejected with the valid forms" {
+  STAGE_TIMEOUTS="train:0" run stage_timeouts_init train:none
+  [ "$status" -ne 0 ]
+  [[ $output == *"0 is ambiguous"* ]]
+  STAGE_TIMEOUTS="train:soon" run stage_timeouts_init train:none
+  [ "$status" -ne 0 ]
+  [[ $output == *"'soon' for stage 'train' is not a positive number"* ]]
+  STAGE_TIMEOUTS="train" run stage_timeouts_init train:none
+  [ "$status" -ne 0 ]
+  [[ $output == *"is not stage:seconds"* ]]
+}
+
+@test "the table shows every stage and how to override" {
+  STAGE_TIMEOUTS="train:3" stage_timeouts_init preflight:900 train:none
+  run print_stage_timeouts preflight train
+  [[ ${lines[0]} == *'STAGE_TIMEOUTS="stage:seconds,...'* ]]
+  [[ ${lines[1]} =~ preflight\ +900s ]]
+  [[ ${lines[2]} =~ train\ +3s ]]
+}
+
+@test "a stage that finishes prints BEGIN and END and returns 0" {
+  stage_timeouts_init train:5
+  run run_stage train "Training" true
+  [ "$status" -eq 0 ]
+  [ "${lines[0]}" = "== Training BEGIN (timeout=5s) ==" ]
+  [[ ${lines[1]} =~ ^==\ Training\ END\ \([0-9]+s\)\ ==$ ]]
+}
+
+@test "a stage past its limit prints TIMEOUT with the override hint and is stopped" {
+  stage_timeouts_init train:1
+  local start=$SECONDS
+  run run_stage train "Training" sleep 30
+  [ "$status" -eq 124 ]
+  (( SECONDS - start < 10 ))
+  [[ $output == *"== Training TIMEOUT ("*"s/1s) =="* ]]
+  [[ $output == *'STAGE_TIMEOUTS="train:<seconds>"'* ]]
+}
+
+@test "a failing stage prints FAILED with its exit code and sets the summary text" {
+  stage_timeouts_init ecc:none
+  run_stage ecc "ECC check" bash -c 'exit 3' >"$BATS_TEST_TMPDIR/out" || rc=$?
+  [ "$rc" -eq 3 ]
+  grep -q "== ECC check BEGIN (no timeout) ==" "$BATS_TEST_TMPDIR/out"
+  grep -q "== ECC check FAILED (exit=3, " "$BATS_TEST_TMPDIR/out"
+  [ "$STAGE_FAILURE" = "ECC check FAILED (exit=3)" ]
+}

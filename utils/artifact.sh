@@ -1,0 +1,72 @@
+# shellcheck shell=bash
+# Summary: Immutable snapshots of the launcher's code for submitted jobs (sourced library)
+#
+# A queued job runs from its own copy of the code, so editing the repo after submit.sh changes nothing for
+# jobs already submitted.
+#
+#   make_artifact SRC_DIR WORKSPACE   prints the new snapshot dir WORKSPACE/.artifacts/artifact_<ts>_<4 hex>
+#   write_submit_cmd ARTIFACT_DIR ARGS...  records how the job was submitted (submit_cmd.txt)
+#
+# In a git checkout the snapshot holds exactly what git would consider the project: tracked files and
+# untracked files that .gitignore does not exclude (so no .git, .venv or outputs). Files are made read-only.
+
+_artifact_err() { echo "${0##*/}: $*" >&2; }
+
+# _project_files SRC_DIR: NUL-separated relative paths to copy.
+_project_files() {
+  local src=$1 path
+  if git -C "$src" rev-parse --is-inside-work-tree >/dev/null 2>&1; then
+    # -c lists tracked files even when deleted from the work tree: keep only those that exist.
+    git -C "$src" ls-files -z --cached --others --exclude-standard | while IFS= read -r -d '' path; do
+      [[ -e $src/$path || -L $src/$path ]] && printf '%s\0' "$path"
+    done
+  else
+    (cd "$src" && find . -path ./.git -prune -o -path ./.venv -prune -o -path ./outputs -prune -o \
+      -path ./.cache -prune -o \( -type f -o -type l \) -print0)
+  fi
+}
+
+# _git_summary SRC_DIR: where the code came from, for the job's provenance.
+_git_summary() {
+  local src=$1
+  git -C "$src" rev-parse --is-inside-work-tree >/dev/null 2>&1 || { echo "not a git checkout: $src"; return 0; }
+  echo "== SOURCE =="; echo "$src"
+  echo "== BRANCH =="; git -C "$src" status --branch --short | head -1
+  echo "== COMMIT =="; git -C "$src" log -1 --format='%H%n%s%n%ad %an' 2>/dev/null || echo "(no commits)"
+  echo "== CHANGED FILES =="; git -C "$src" status --short --untracked-files=no
+  echo "== UNTRACKED FILES =="; git -C "$src" ls-files --others --exclude-standard
+  echo "== DIFF AGAINST HEAD =="; git -C "$src" diff HEAD 2>/dev/null || true
+}
+
+make_artifact() {
+  local src=$1 workspace=$2 name dest
+  name=artifact_$(date +%Y%m%d_%H%M%S)_$(od -An -N2 -tx1 /dev/urandom | tr -d ' \n')
+  dest=$workspace/.artifacts/$name
+  mkdir -p "$dest" || { _artifact_err "cannot create $dest; check JOB_WORKSPACE"; return 1; }
+  if ! _project_files "$src" | (cd "$src" && tar --null -T - -cf -) | tar -xf - -C "$dest"; then
+    _artifact_err "copying $src into $dest failed"; rm -rf "$dest"; return 1
+  fi
+  _git_summary "$src" >"$dest/git_summary.txt" 2>&1
+  chmod -R a-w "$dest"   # files and dirs: a job's code cannot be edited in place by mistake
+  printf '%s\n' "$dest"
+}
+
+# Removes a snapshot made by make_artifact (read-only by design, so writable again first).
+remove_artifact() {
+  local dest=$1
+  [[ $dest == */.artifacts/artifact_* && -d $dest ]] || return 0
+  chmod -R u+w "$dest" && rm -rf "$dest"
+}
+
+# write_submit_cmd ARTIFACT_DIR ARGV...: the environment prefixes that differ from defaults, then the command.
+write_submit_cmd() {
+  local dest=$1 name line=""
+  shift
+  for name in JOB_WORKSPACE RAY STAGE_TIMEOUTS CONTAINER_RUNTIME DOCKER_IMAGE TUNE_PROFILE; do
+    [[ -n ${!name:-} ]] && line+="$name=$(printf '%q' "${!name}") "
+  done
+  line+=$(printf '%q ' "$@")
+  chmod u+w "$dest"
+  printf '%s\n' "${line% }" >"$dest/submit_cmd.txt"
+  chmod a-w "$dest/submit_cmd.txt" "$dest"
+}
