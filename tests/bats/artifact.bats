@@ -21,9 +21,13 @@ setup() {
   dest=$(make_artifact "$SRC" "$WS")
   [[ $dest == "$WS"/.artifacts/artifact_[0-9]*_[0-9]*_[0-9a-f][0-9a-f][0-9a-f][0-9a-f] ]]
   [ "$(cat "$dest/run.sh")" = "echo v2" ]          # the work tree as it is, edits included
-  [ -f "$dest/utils/lib.sh" ] && [ -f "$dest/untracked.sh" ]
+  [ -f "$dest/utils/lib.sh" ]
+  [ -f "$dest/untracked.sh" ]
   [ -L "$dest/link.sh" ]
-  [ ! -e "$dest/.git" ] && [ ! -e "$dest/outputs" ] && [ ! -e "$dest/.venv" ] && [ ! -e "$dest/debug.log" ]
+  [ ! -e "$dest/.git" ]
+  [ ! -e "$dest/outputs" ]
+  [ ! -e "$dest/.venv" ]
+  [ ! -e "$dest/debug.log" ]
   [ ! -e "$dest/deleted.txt" ]
 }
 
@@ -54,6 +58,10 @@ setup() {
 
 @test "a snapshot of this repo carries its scripts and none of its local state" {
   dest=$(make_artifact "$REPO_DIR" "$WS")
-  [ -x "$dest/run_local.sh" ] && [ -x "$dest/_job.sbatch" ] && [ -f "$dest/requirements.lock" ]
-  [ ! -e "$dest/.venv" ] && [ ! -e "$dest/outputs" ] && [ ! -e "$dest/.git" ]
+  [ -x "$dest/run_local.sh" ]
+  [ -x "$dest/_job.sbatch" ]
+  [ -f "$dest/requirements.lock" ]
+  [ ! -e "$dest/.venv" ]
+  [ ! -e "$dest/outputs" ]
+  [ ! -e "$dest/.git" ]
 }
