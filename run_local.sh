@@ -30,6 +30,8 @@ source "$SCRIPT_DIR/utils/resolve_model.sh"
 source "$SCRIPT_DIR/utils/container_runtime.sh"
 # shellcheck source=utils/job_log.sh
 source "$SCRIPT_DIR/utils/job_log.sh"
+# shellcheck source=utils/process_stop.sh
+source "$SCRIPT_DIR/utils/process_stop.sh"
 
 _PROG=run_local.sh
 _die() { echo "$_PROG: $*" >&2; exit "${2:-1}"; }
@@ -116,14 +118,7 @@ main() {
     cancelled=$1
     echo "[run_local] caught SIG$2: stopping training (process group $train_pid)"
     kill -TERM -- "-$train_pid" 2>/dev/null || true
-    # Escalate to KILL after a grace period; the watcher takes its sleep with it when we stop it early.
-    (
-      trap 'kill "$sleep_pid" 2>/dev/null; exit 0' TERM
-      sleep "${CANCEL_GRACE_SECONDS:-20}" & sleep_pid=$!
-      wait "$sleep_pid"
-      kill -KILL -- "-$train_pid" 2>/dev/null
-    ) &
-    killer_pid=$!
+    killer_pid=$(kill_after "${CANCEL_GRACE_SECONDS:-20}" "-$train_pid")
   }
   trap '_cancel 130 INT' INT
   trap '_cancel 143 TERM' TERM
@@ -132,7 +127,7 @@ main() {
     rc=0; wait "$train_pid" || rc=$?
     kill -0 "$train_pid" 2>/dev/null || break
   done
-  [[ -n $killer_pid ]] && kill "$killer_pid" 2>/dev/null
+  cancel_kill_after "$killer_pid"
   # A member of the group may outlive its leader (e.g. a forked helper); it must not outlive the job.
   kill -KILL -- "-$train_pid" 2>/dev/null || true
   trap - INT TERM

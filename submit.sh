@@ -1,10 +1,178 @@
 #!/usr/bin/env bash
 # Usage: submit.sh <MODEL_SPEC> [sbatch args ...] [-- <maxtext key=value | _env_KEY=VALUE> ...]
-# Summary: Submit a training job to Slurm (not available yet: use run_local.sh on one machine)
+# Summary: Submit a training job to Slurm, running from an immutable snapshot of this repo
+#
+#   MODEL_SPEC   model | model:tag | model:alias: | model:alias:tag   (same grammar as run_local.sh)
+#   sbatch args  passed to sbatch verbatim: -N 2, -w node[1-2], -p gpu, --time=24:00:00, --exclude=...
+#
+# Environment: JOB_WORKSPACE (default <repo>/outputs; should be on a shared filesystem), STAGE_TIMEOUTS
+# (e.g. "preflight:600,train:86400"), RAY=1, CONTAINER_RUNTIME, DOCKER_IMAGE and the other settings in
+# configs/container_settings.sh. No Slurm at hand? `utils/local_cluster.sh up -N 2` starts one here.
+#
+# Writes <JOB_WORKSPACE>/<jobid>-<JOB_NAME>.log, the job dir <jobid>-<JOB_NAME>/ (artifact and log links)
+# and the snapshot <JOB_WORKSPACE>/.artifacts/artifact_<ts>_<hex>/ with git_summary.txt and submit_cmd.txt.
+#
+# Examples:
+#   submit.sh 70b -N 8
+#   submit.sh llama2-70b:baseline -N 2 --time=2:00:00 -- per_device_batch_size=2
+#   STAGE_TIMEOUTS="train:3600" submit.sh tiny -N 2 -- steps=30
 set -euo pipefail
 [[ -n ${_DEBUG:-} ]] && set -x
-case ${1:-} in
-  -h|--help) sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "${BASH_SOURCE[0]}"; exit 0 ;;
-esac
-echo "submit.sh: Slurm submission is not implemented yet; train on this machine with ./run_local.sh ${1:-<model>} [-- key=value ...]" >&2
-exit 2
+
+SCRIPT_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+CONFIGS_DIR=$SCRIPT_DIR/configs
+for _lib in launch_args resolve_model container_runtime artifact stage_timeout; do
+  # shellcheck source=/dev/null
+  source "$SCRIPT_DIR/utils/$_lib.sh"
+done
+unset _lib
+
+_PROG=submit.sh
+_die() { echo "$_PROG: $*" >&2; exit "${2:-1}"; }
+_say() { echo "[submit] $*" >&2; }
+_usage() { sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "${BASH_SOURCE[0]}"; }
+
+# Slurm job ids have at most 10 digits in practice; the log name "<id>-<name>.log" must fit 255 bytes.
+_LONGEST_JOB_ID=9999999999
+# Job states that mean the job died before it could write its log.
+_EARLY_DEATH_STATES="FAILED CANCELLED NODE_FAIL BOOT_FAIL TIMEOUT OUT_OF_MEMORY DEADLINE"
+
+# -N/--nodes must be a positive count or min-max range; sbatch's own messages for these are obscure.
+_check_node_count() {
+  local value="" arg i
+  for ((i = 0; i < ${#SCHEDULER_ARGS[@]}; i++)); do
+    arg=${SCHEDULER_ARGS[i]}
+    case $arg in
+      -N|--nodes) value=${SCHEDULER_ARGS[i + 1]:-} ;;
+      -N*) value=${arg#-N} ;;
+      --nodes=*) value=${arg#--nodes=} ;;
+      *) continue ;;
+    esac
+    if [[ ! $value =~ ^[1-9][0-9]*(-[1-9][0-9]*)?$ ]]; then
+      _die "node count '$value' is not a positive number (or min-max range); e.g. -N 2" 2
+    fi
+  done
+}
+
+_check_workspace() {
+  local dir=$1 probe fstype
+  while [[ ! -e $dir ]]; do dir=$(dirname "$dir"); done
+  [[ -d $dir ]] || _die "JOB_WORKSPACE=$JOB_WORKSPACE cannot be created: $dir is not a directory; set JOB_WORKSPACE to a shared, writable directory"
+  probe=$(mktemp -d "$dir/.submit_probe.XXXXXX" 2>/dev/null) \
+    || _die "JOB_WORKSPACE=$JOB_WORKSPACE is not writable; set JOB_WORKSPACE to a shared, writable directory"
+  rmdir "$probe"
+  fstype=$(df -PT "$dir" 2>/dev/null | awk 'NR == 2 { print $2 }') || true
+  case $fstype in
+    nfs|nfs4|lustre|gpfs|beegfs|cifs|smb3|panfs|pvfs2|orangefs|wekafs|ceph|fuse.*|"") ;;
+    *) _say "WARNING: JOB_WORKSPACE=$JOB_WORKSPACE is on '$fstype', which is usually node-local; multi-node jobs need it on a shared filesystem" ;;
+  esac
+}
+
+# Prints the newest active reservation that names $USER, or nothing.
+_active_reservation() {
+  local user=${USER:-$(id -un)} now line name start end users best="" best_start=0 s e
+  now=$(date +%s)
+  while IFS= read -r line; do
+    [[ $line =~ ReservationName=([^ ]+) ]] || continue
+    name=${BASH_REMATCH[1]}
+    [[ $line =~ StartTime=([^ ]+) ]] && start=${BASH_REMATCH[1]} || continue
+    [[ $line =~ EndTime=([^ ]+) ]] && end=${BASH_REMATCH[1]} || continue
+    [[ $line =~ Users=([^ ]+) ]] && users=${BASH_REMATCH[1]} || continue
+    [[ ,$users, == *",$user,"* ]] || continue
+    s=$(date -d "$start" +%s 2>/dev/null) || s=0
+    e=$(date -d "$end" +%s 2>/dev/null) || e=$((now + 1))
+    if (( s <= now && now <= e && s >= best_start )); then best=$name best_start=$s; fi
+  done < <(scontrol show reservation -o 2>/dev/null || true)
+  printf '%s' "$best"
+}
+
+# After submission: a job that dies in its prolog never writes a log; say so and remove its empty dirs.
+_check_early_death() {
+  local job_id=$1 log=$2 state i
+  for ((i = 0; i < ${EARLY_DEATH_CHECK_SECONDS:-3}; i++)); do
+    sleep 1
+    state=$(squeue -h -t all -j "$job_id" -o %T 2>/dev/null | head -1) || state=""
+    case $state in PENDING|CONFIGURING|"") continue ;; esac
+    if [[ " $_EARLY_DEATH_STATES " == *" $state "* && ! -s $log ]]; then
+      return 1
+    fi
+    [[ $state == RUNNING || $state == COMPLETING || $state == COMPLETED ]] && return 0
+  done
+  return 0
+}
+
+main() {
+  case ${1:-} in -h|--help) _usage; exit 0 ;; esac
+  (( $# )) || _die "no model given; usage: submit.sh <model>[:tag] [sbatch args] [-- key=value ...]" 2
+
+  # --- Validate everything before anything is created. ---
+  parse_launch_args "$@" || exit 2
+  MODEL_NAME=$(resolve_model "$MODEL_INPUT" "$CONFIGS_DIR") || exit 2
+  _check_node_count
+  stage_timeouts_init preflight:900 pull:900 ecc:300 train:none || exit 2
+  if ! command -v sbatch >/dev/null 2>&1; then
+    _die "no sbatch on PATH; install the Slurm client (e.g. apt install slurm-client) and point it at your cluster, or start a local one: utils/local_cluster.sh up -N 2 && eval \"\$(utils/local_cluster.sh env)\"" 2
+  fi
+  local runtime
+  runtime=$(detect_container_runtime) || exit 2
+  local user_workspace=${JOB_WORKSPACE:-}
+  JOB_WORKSPACE=${JOB_WORKSPACE:-$SCRIPT_DIR/outputs}
+  JOB_WORKSPACE=${JOB_WORKSPACE%/}
+  [[ $JOB_WORKSPACE == /* ]] || JOB_WORKSPACE=$PWD/$JOB_WORKSPACE
+  JOB_NAME=$(job_name "$MODEL_NAME" "$EXP_TAG")
+  check_job_name_length "$JOB_NAME" "$_LONGEST_JOB_ID" || exit 2
+  _check_workspace "$JOB_WORKSPACE"
+  # Natively, every node uses this checkout's venv (on the shared filesystem, like the workspace).
+  if [[ $runtime == none ]]; then
+    "$SCRIPT_DIR/utils/setup_env.sh" || exit 1
+    export VENV_DIR=${VENV_DIR:-$SCRIPT_DIR/.venv}
+  fi
+  local -a extra_sbatch=()
+  local reservation
+  reservation=$(_active_reservation)
+  if [[ -n $reservation ]]; then
+    _say "using your active reservation '$reservation'"
+    extra_sbatch+=("--reservation=$reservation")
+  fi
+
+  # --- Snapshot, then submit. ---
+  local start_ns artifact
+  start_ns=$(date +%s%N)
+  mkdir -p "$JOB_WORKSPACE"
+  artifact=$(make_artifact "$SCRIPT_DIR" "$JOB_WORKSPACE") || exit 1
+  (JOB_WORKSPACE=$user_workspace write_submit_cmd "$artifact" "$0" "$@")
+  _say "snapshot $artifact ($(du -sh "$artifact" | cut -f1), $(( ($(date +%s%N) - start_ns) / 1000000 )) ms)"
+
+  local sbatch_out job_id
+  if ! sbatch_out=$(
+    env MAXTEXT_LAUNCHER_DIR="$artifact" JOB_WORKSPACE="$JOB_WORKSPACE" MODEL_NAME="$MODEL_NAME" \
+      MODEL_NAME_ALIAS="$MODEL_NAME_ALIAS" EXP_TAG="$EXP_TAG" PASSTHROUGH_ARGS="${PASSTHROUGH_ARGS[*]}" \
+      sbatch --parsable -J "$JOB_NAME" --output="$JOB_WORKSPACE/%j-$JOB_NAME.log" --chdir="$artifact" \
+      --export=ALL "${extra_sbatch[@]}" "${SCHEDULER_ARGS[@]}" \
+      "$artifact/_job.sbatch" "$MODEL_NAME" -- "${PASSTHROUGH_ARGS[@]}" 2>&1
+  ); then
+    remove_artifact "$artifact"
+    rmdir "$JOB_WORKSPACE/.artifacts" 2>/dev/null || true
+    _die "sbatch refused the job: $(tr '\n' ' ' <<<"$sbatch_out" | sed 's/ *$//'); fix the sbatch arguments before '--'"
+  fi
+  job_id=${sbatch_out##*$'\n'}
+  job_id=${job_id%%;*}
+  [[ $job_id =~ ^[0-9]+$ ]] || { remove_artifact "$artifact"; _die "could not read a job id from sbatch's answer: $sbatch_out"; }
+
+  local job_dir=$JOB_WORKSPACE/$job_id-$JOB_NAME log=$JOB_WORKSPACE/$job_id-$JOB_NAME.log
+  mkdir -p "$job_dir"
+  ln -s "../.artifacts/${artifact##*/}" "$job_dir/artifact"
+  ln -s "../$job_id-$JOB_NAME.log" "$job_dir/log"
+  if ! _check_early_death "$job_id" "$log"; then
+    echo "$_PROG: job $job_id died before writing its log (state $(squeue -h -t all -j "$job_id" -o %T 2>/dev/null)); see 'scontrol show job $job_id' and the slurmd log of its node" >&2
+    rm -f "$job_dir/artifact" "$job_dir/log"; rmdir "$job_dir" 2>/dev/null || true
+    remove_artifact "$artifact"
+    exit 1
+  fi
+  echo "Submitted job $job_id ($JOB_NAME)"
+  echo "  log:      $log"
+  echo "  job dir:  $job_dir"
+  echo "  follow:   tail -F $log"
+}
+
+main "$@"

@@ -89,12 +89,6 @@ bad_input() {
   [ ! -e "$BATS_TEST_TMPDIR/venv" ]
 }
 
-@test "submit.sh is honest that Slurm is not there yet" {
-  run "$REPO_DIR/submit.sh" tiny -N 2
-  [ "$status" -eq 2 ]
-  [[ $output == *"not implemented yet"*run_local.sh* ]]
-}
-
 @test "no arguments: an interactive shell in the training environment (native venv)" {
   run bash -c "echo 'echo VENV=\$VIRTUAL_ENV; echo PY=\$(command -v python3); exit 7' | '$REPO_DIR/run_local.sh' 2>/dev/null"
   [ "$status" -eq 7 ]

@@ -1,0 +1,202 @@
+"""End to end on a real Slurm cluster: submit.sh -> sbatch -> _job.sbatch -> srun on every node -> MaxText.
+
+The cluster is utils/local_cluster.sh: real slurmctld/slurmd daemons, each node in its own network
+namespace with its own hostname and 10.77.0.x address. It comes up once per session (slurm_cluster.py).
+"""
+
+import os
+import re
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from slurm_cluster import local_cluster  # noqa: F401  (the session fixture)
+
+REPO = Path(__file__).resolve().parents[2]
+STEP_RE = re.compile(r"^(\d+): .*completed step: (\d+), .*?loss: ([\d.]+)", re.M)
+TERMINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE"}
+
+
+@pytest.fixture(scope="session")
+def jax_cache(tmp_path_factory):
+    return tmp_path_factory.mktemp("slurm_jax_cache")
+
+
+@pytest.fixture
+def slurm_env(local_cluster, tmp_path, jax_cache):  # noqa: F811
+    env = dict(os.environ)
+    for name in ("XLA_FLAGS", "JAX_PLATFORMS", "TUNE_PROFILE", "STAGE_TIMEOUTS", "VIRTUAL_ENV", "PYTHONPATH"):
+        env.pop(name, None)
+    env.update(local_cluster.env)
+    env.update(JOB_WORKSPACE=str(tmp_path / "ws"), CONTAINER_RUNTIME="none", JAX_CACHE_DIR=str(jax_cache),
+               VENV_DIR=str(REPO / ".venv"))
+    return env
+
+
+def submit(env, *args, repo=REPO, extra_env=None):
+    full_env = dict(env, **(extra_env or {}))
+    result = subprocess.run([str(repo / "submit.sh"), *args], env=full_env, capture_output=True, text=True, timeout=120)
+    return result
+
+
+def job_id_of(result):
+    m = re.search(r"Submitted job (\d+)", result.stdout)
+    assert m, result.stdout + result.stderr
+    return m.group(1)
+
+
+def job_state(env, job_id):
+    out = subprocess.run(["scontrol", "-o", "show", "job", job_id], env=env, capture_output=True, text=True).stdout
+    m = re.search(r"JobState=(\S+)", out)
+    return m.group(1) if m else "GONE"
+
+
+def wait_for_end(env, job_id, log, timeout=300):
+    """Wait until the job has left the queue (or reached a terminal state) and its log has a verdict line."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        state = job_state(env, job_id)
+        text = log.read_text() if log.exists() else ""
+        if (state in TERMINAL or state == "GONE") and "JOB SUMMARY" in text and re.search(r" — (PASS|FAIL)", text):
+            return state, text
+        time.sleep(1)
+    pytest.fail(f"job {job_id} did not finish in {timeout}s; state {job_state(env, job_id)}")
+
+
+def log_of(result):
+    """The log path submit.sh announced (it exists only once the job starts)."""
+    m = re.search(r"^  log: +(\S+)$", result.stdout, re.M)
+    assert m, result.stdout
+    return Path(m.group(1))
+
+
+def header(text):
+    values = {}
+    for line in text.splitlines():
+        m = re.fullmatch(r"([A-Z_]+)=(.*)", line)
+        if not m:
+            break
+        values[m.group(1)] = m.group(2)
+    return values
+
+
+def live_processes_of(job_id):
+    needle = f"JOB_ID={job_id}".encode()
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            environ = (proc / "environ").read_bytes().split(b"\0")
+            cmdline = (proc / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if needle in environ and b"jobkit.launch" in cmdline:
+            found.append(int(proc.name))
+    return found
+
+
+def test_one_node_job_runs_every_stage_and_succeeds(slurm_env):
+    result = submit(slurm_env, "tiny", "-N", "1", "--", "steps=15")
+    assert result.returncode == 0, result.stderr
+    job_id = job_id_of(result)
+    log = log_of(result)
+    state, text = wait_for_end(slurm_env, job_id, log)
+
+    head = header(text)
+    assert head["JOB_ID"] == job_id and head["NNODES"] == "1" and head["MODEL_NAME"] == "tiny"
+    for stage in ("Preflight", "ECC check", "Training"):
+        assert re.search(rf"^== {stage} BEGIN ", text, re.M), stage
+        assert re.search(rf"^== {stage} END \(\d+s\) ==$", text, re.M), stage
+    assert "== Image pull SKIPPED (native runtime) ==" in text
+    assert len(set(m.group(2) for m in STEP_RE.finditer(text))) == 15
+    assert "Status: SUCCESS (exit 0)" in text
+    assert re.search(rf"^tiny 1N \(job {job_id}\): [\d,]+ TGS/device — PASS$", text, re.M)
+
+    job_dir = Path(slurm_env["JOB_WORKSPACE"]) / log.name.removesuffix(".log")
+    assert (job_dir / "log").resolve() == log.resolve()
+    artifact = (job_dir / "artifact").resolve()
+    assert artifact.parent.name == ".artifacts"
+    assert "submit.sh tiny -N 1 -- steps=15" in (artifact / "submit_cmd.txt").read_text()
+    assert "== COMMIT ==" in (artifact / "git_summary.txt").read_text()
+
+
+def test_two_nodes_train_one_jax_job_with_agreeing_losses(slurm_env):
+    result = submit(slurm_env, "tiny", "-N", "2", "--", "steps=15")
+    assert result.returncode == 0, result.stderr
+    job_id = job_id_of(result)
+    state, text = wait_for_end(slurm_env, job_id, log_of(result), timeout=420)
+    assert "Status: SUCCESS (exit 0)" in text, text[-3000:]
+
+    head = header(text)
+    assert head["NNODES"] == "2"
+    assert head["NODELIST_EXPANDED"] == "node1,node2"
+    assert re.fullmatch(r"10\.77\.0\.\d+", head["JAX_COORDINATOR_IP"])
+    losses = {}
+    for m in STEP_RE.finditer(text):
+        losses.setdefault(int(m.group(2)), {})[m.group(1)] = m.group(3)
+    assert sorted(losses) == list(range(15))
+    assert all(set(per_rank) == {"0", "1"} for per_rank in losses.values()), "both ranks log every step"
+    assert all(len(set(per_rank.values())) == 1 for per_rank in losses.values()), "ranks agree on the loss"
+    assert re.search(rf"^tiny 2N \(job {job_id}\): [\d,]+ TGS/device — PASS$", text, re.M)
+
+
+def test_a_queued_job_runs_the_code_it_was_submitted_with(slurm_env, tmp_path):
+    repo = tmp_path / "repo"
+    shutil.copytree(REPO, repo, ignore=shutil.ignore_patterns(".venv", "outputs", ".cache", "__pycache__"), symlinks=True)
+    result = submit(slurm_env, "tiny", "-N", "1", "--hold", "--", "steps=6", repo=repo)
+    assert result.returncode == 0, result.stderr
+    job_id = job_id_of(result)
+    # Edit the repo while the job waits: the job must not see it.
+    config = repo / "configs" / "tiny.yml"
+    config.write_text(config.read_text().replace("base_num_decoder_layers: 2", "base_num_decoder_layers: 2\nno_such_key: 1"))
+    subprocess.run(["scontrol", "release", job_id], env=slurm_env, check=True)
+    state, text = wait_for_end(slurm_env, job_id, log_of(result))
+    assert "Status: SUCCESS (exit 0)" in text, text[-3000:]
+    assert len(set(m.group(2) for m in STEP_RE.finditer(text))) == 6
+
+
+def test_scancel_mid_training_is_cancelled_and_leaves_no_training_process(slurm_env):
+    result = submit(slurm_env, "tiny", "-N", "2", "--", "steps=100000")
+    assert result.returncode == 0, result.stderr
+    job_id = job_id_of(result)
+    log = log_of(result)
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        text = log.read_text() if log.exists() else ""
+        if re.search(r"^0: .*completed step: 2,", text, re.M) and re.search(r"^1: .*completed step: 2,", text, re.M):
+            break
+        time.sleep(1)
+    else:
+        pytest.fail("training never reached step 2 on both nodes")
+    assert live_processes_of(job_id), "training should be running on the nodes"
+
+    subprocess.run(["scancel", job_id], env=slurm_env, check=True)
+    state, text = wait_for_end(slurm_env, job_id, log, timeout=90)
+    assert "Status: CANCELLED (exit 143)" in text
+    assert re.search(r"FAIL \(cancelled\)$", text, re.M)
+    time.sleep(1)
+    assert live_processes_of(job_id) == []
+
+
+def test_stage_timeout_stops_training_with_a_hint(slurm_env):
+    result = submit(slurm_env, "tiny", "-N", "1", "--", "steps=100000", extra_env={"STAGE_TIMEOUTS": "train:3"})
+    assert result.returncode == 0, result.stderr
+    job_id = job_id_of(result)
+    state, text = wait_for_end(slurm_env, job_id, log_of(result), timeout=180)
+    assert re.search(r"^== Training TIMEOUT \(\d+s/3s\) ==$", text, re.M)
+    assert 'STAGE_TIMEOUTS="train:<seconds>"' in text
+    assert re.search(r"Status: FAILED \(exit 124\) — Training TIMEOUT", text)
+    assert live_processes_of(job_id) == []
+
+
+def test_sbatch_rejecting_an_argument_shows_its_message_and_leaves_nothing(slurm_env):
+    result = submit(slurm_env, "tiny", "--no-such-sbatch-flag", "--", "steps=3")
+    assert result.returncode != 0
+    assert "sbatch refused the job" in result.stderr and "no-such-sbatch-flag" in result.stderr
+    workspace = Path(slurm_env["JOB_WORKSPACE"])
+    assert not (workspace / ".artifacts").exists() or not any((workspace / ".artifacts").iterdir())
+    assert not list(workspace.glob("*-JAX-*"))
