@@ -83,6 +83,8 @@ main() {
 
   # shellcheck source=utils/gpu_detect.sh
   source "$SCRIPT_DIR/utils/gpu_detect.sh"
+  # shellcheck source=utils/nccl_env.sh
+  source "$SCRIPT_DIR/utils/nccl_env.sh"
   # shellcheck source=train_env.sh
   source "$SCRIPT_DIR/train_env.sh"
   if [[ -f $SCRIPT_DIR/configs/$MODEL_NAME.env.sh ]]; then

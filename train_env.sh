@@ -67,6 +67,10 @@ export NCCL_SOCKET_NTHREADS=${NCCL_SOCKET_NTHREADS:-8}
 export NCCL_NCHANNELS_PER_NET_PEER=${NCCL_NCHANNELS_PER_NET_PEER:-4}
 export CUDA_DEVICE_MAX_CONNECTIONS=${CUDA_DEVICE_MAX_CONNECTIONS:-1}
 
+# Network for collectives (IB HCAs, RoCE GID index, socket interface), read from sysfs; values already in
+# the environment win, and _env_ overrides are exported after this file.
+if [[ $GPU_VENDOR != none ]]; then detect_nccl_env; fi
+
 if [[ $GPU_VENDOR == amd ]]; then
   export HSA_FORCE_FINE_GRAIN_PCIE=${HSA_FORCE_FINE_GRAIN_PCIE:-1}
   export HSA_NO_SCRATCH_RECLAIM=${HSA_NO_SCRATCH_RECLAIM:-1}

@@ -138,3 +138,15 @@ env_of() { sed -n "s/^$1=//p" "$RECORD.env"; }
   [ "$status" -ne 0 ]
   [[ $output == *"JOB_DIR is not set"* ]]
 }
+
+@test "GPU nodes get the collective network from sysfs; a user's _env_ value wins" {
+  export GPU_DETECT_ROOT=$REPO_DIR/tests/fixtures/sysfs/h100 NCCL_SYSFS_ROOT=$REPO_DIR/tests/fixtures/net/roce-bnxt
+  unset NCCL_IB_HCA NCCL_IB_GID_INDEX
+  "$REPO/_train.sh" tiny
+  [[ $(env_of NCCL_IB_HCA) == bnxt_re* ]]
+  [[ $(env_of NCCL_IB_GID_INDEX) =~ ^[0-9]+$ ]]
+  "$REPO/_train.sh" tiny -- _env_NCCL_IB_HCA=mlx5_0
+  [ "$(env_of NCCL_IB_HCA)" = mlx5_0 ]
+  GPU_DETECT_ROOT=$BATS_TEST_TMPDIR/nogpu "$REPO/_train.sh" tiny
+  [ -z "$(env_of NCCL_IB_HCA)" ]   # CPU nodes: nothing to detect
+}
