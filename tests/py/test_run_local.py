@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from job_observation import header, live_processes_of
+
 REPO = Path(__file__).resolve().parents[2]
 STEP_RE = re.compile(r"completed step: (\d+), seconds: ([\d.]+).*?Tokens/s/device: ([\d.]+).*?loss: ([\d.]+)")
 
@@ -54,15 +56,6 @@ def only_job(workspace):
     job_dir = workspace / log.name.removesuffix(".log")
     return log, job_dir
 
-
-def header(log_text):
-    values = {}
-    for line in log_text.splitlines():
-        m = re.fullmatch(r"([A-Z_]+)=(.*)", line)
-        if not m:
-            break
-        values[m.group(1)] = m.group(2)
-    return values
 
 
 def steps(log_text):
@@ -132,20 +125,6 @@ def test_failed_training_reports_failed_and_the_reason(workspace, jax_cache):
     last = result.stdout.strip().splitlines()[-1]
     assert re.fullmatch(r"tiny 1N \(job local_\S+\): .*FAIL \(config-error\)", last), last
 
-
-def live_processes_of(job_id):
-    """PIDs whose environment carries this job's JOB_ID (every process the job started has it)."""
-    needle = f"JOB_ID={job_id}".encode()
-    found = []
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            if needle in (proc / "environ").read_bytes().split(b"\0"):
-                found.append(int(proc.name))
-        except OSError:
-            continue
-    return found
 
 
 @pytest.mark.parametrize("sig,code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])

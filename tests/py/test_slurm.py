@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from job_observation import header, live_processes_of
+
 from slurm_cluster import local_cluster  # noqa: F401  (the session fixture)
 
 REPO = Path(__file__).resolve().parents[2]
@@ -73,30 +75,6 @@ def log_of(result):
     return Path(m.group(1))
 
 
-def header(text):
-    values = {}
-    for line in text.splitlines():
-        m = re.fullmatch(r"([A-Z_]+)=(.*)", line)
-        if not m:
-            break
-        values[m.group(1)] = m.group(2)
-    return values
-
-
-def live_processes_of(job_id):
-    needle = f"JOB_ID={job_id}".encode()
-    found = []
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            environ = (proc / "environ").read_bytes().split(b"\0")
-            cmdline = (proc / "cmdline").read_bytes()
-        except OSError:
-            continue
-        if needle in environ and b"jobkit.launch" in cmdline:
-            found.append(int(proc.name))
-    return found
 
 
 def test_one_node_job_runs_every_stage_and_succeeds(slurm_env):
@@ -172,14 +150,14 @@ def test_scancel_mid_training_is_cancelled_and_leaves_no_training_process(slurm_
         time.sleep(1)
     else:
         pytest.fail("training never reached step 2 on both nodes")
-    assert live_processes_of(job_id), "training should be running on the nodes"
+    assert live_processes_of(job_id, b"jobkit.launch"), "training should be running on the nodes"
 
     subprocess.run(["scancel", job_id], env=slurm_env, check=True)
     state, text = wait_for_end(slurm_env, job_id, log, timeout=90)
     assert "Status: CANCELLED (exit 143)" in text
     assert re.search(r"FAIL \(cancelled\)$", text, re.M)
     time.sleep(1)
-    assert live_processes_of(job_id) == []
+    assert live_processes_of(job_id, b"jobkit.launch") == []
 
 
 def test_stage_timeout_stops_training_with_a_hint(slurm_env):
@@ -190,7 +168,7 @@ def test_stage_timeout_stops_training_with_a_hint(slurm_env):
     assert re.search(r"^== Training TIMEOUT \(\d+s/3s\) ==$", text, re.M)
     assert 'STAGE_TIMEOUTS="train:<seconds>"' in text
     assert re.search(r"Status: FAILED \(exit 124\) — Training TIMEOUT", text)
-    assert live_processes_of(job_id) == []
+    assert live_processes_of(job_id, b"jobkit.launch") == []
 
 
 def test_sbatch_rejecting_an_argument_shows_its_message_and_leaves_nothing(slurm_env):
