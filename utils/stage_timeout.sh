@@ -1,4 +1,6 @@
 # shellcheck shell=bash
+# STAGE_LIMITS, STAGE_FAILURE and STAGE_RUNNING_PID are for the caller, which shellcheck cannot see.
+# shellcheck disable=SC2034
 # Summary: Named job stages with per-stage time limits that STAGE_TIMEOUTS can override (sourced library)
 #
 #   stage_timeouts_init preflight:900 pull:900 ecc:300 train:none   # defaults; then STAGE_TIMEOUTS applies
