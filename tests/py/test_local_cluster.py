@@ -3,7 +3,9 @@
 import os
 import re
 import signal
+import shutil
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 
@@ -87,10 +89,20 @@ def test_bad_node_count_is_refused():
 
 @needs_root
 def test_up_needs_root():
-    result = subprocess.run(
-        ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", str(SCRIPT), "up"],
-        capture_output=True, text=True, timeout=30, env=tool_env(),
-    )
+    # An unprivileged user may not be able to reach the checkout (CI clones into a 0700 dir), so it runs a
+    # world-readable copy of the (self-contained) script.
+    scratch = Path(tempfile.mkdtemp(prefix="lc-nonroot-", dir="/tmp"))
+    try:
+        scratch.chmod(0o755)
+        copy = scratch / "local_cluster.sh"
+        shutil.copy2(SCRIPT, copy)
+        copy.chmod(0o755)
+        result = subprocess.run(
+            ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", str(copy), "up"],
+            capture_output=True, text=True, timeout=30, env=tool_env(), cwd="/",
+        )
+    finally:
+        shutil.rmtree(scratch)
     assert result.returncode == 1
     assert "needs root" in result.stderr
 
