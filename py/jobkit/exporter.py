@@ -1,0 +1,424 @@
+"""Node metrics exporter engine (started by utils/metrics_exporter.sh).
+
+One long-lived process. Every interval it globs ``<plugins-dir>/*_metrics_plugin.sh`` and runs every plugin
+at once, each as its own process group: ``<plugin> <short host>`` with ``POLL_INTERVAL`` and ``_PLUGIN_STATE``
+(the value of the plugin's last ``# STATE <value>`` line, when it printed one) in the environment. The valid
+exposition lines of each plugin are cached; ``GET /metrics`` answers from that cache and never runs a plugin.
+
+Plugin outcomes:
+  exit 0              its valid lines replace its cached output (invalid lines are dropped and logged);
+                      output that is only a ``# STATE`` line keeps (replays) the cached output, unless the
+                      state starts with ``__NONE__``; empty output clears the cache
+  exit 99             never called again; its metrics are withdrawn
+  other exit, signal,
+  or timeout          the cached output is replayed, ``hw_plugin_up`` is 0, the state is kept; on a
+                      timeout the plugin's whole process group is killed
+
+Added per plugin: ``hw_scrape_duration_seconds{host,plugin}`` (wall seconds of its last run) and
+``hw_plugin_up{host,plugin}`` (1 = last run succeeded); once per page: ``hw_exporter_cycles_total{host}``.
+Stdlib only, so that nothing is imported after start-up.
+"""
+
+import argparse
+import errno
+import glob
+import json
+import os
+import re
+import selectors
+import signal
+import socket
+import socketserver
+import subprocess
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+PLUGIN_SUFFIX = "_metrics_plugin.sh"
+DEFAULT_PORT = 9500  # 9400 belongs to NVIDIA's DCGM exporter
+PORT_TRIES = 20
+DISABLE_RC = 99
+MAX_OUTPUT = 8 << 20  # bytes of stdout kept from one plugin run
+DEFAULT_PLUGINS_DIR = Path(__file__).resolve().parents[2] / "utils"
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+_NAME = r"[a-zA-Z_:][a-zA-Z0-9_:]*"
+_LABEL = r'[a-zA-Z_][a-zA-Z0-9_]*="(?:[^"\\\n]|\\.)*"'
+_VALUE = r"[-+]?(?:(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?|[Ii]nf|NaN|nan)"
+SAMPLE_RE = re.compile(rf"{_NAME}(?:\{{(?:{_LABEL}(?:,{_LABEL})*,?)?\}})? +{_VALUE}(?: +-?[0-9]+)? *")
+META_RE = re.compile(rf"# (?:HELP {_NAME}(?: .*)?|TYPE {_NAME} (?:counter|gauge|histogram|summary|untyped) *)")
+
+
+def parse_output(text):
+    """Split plugin stdout into (kept lines, state or None, dropped lines).
+
+    Kept: ``# HELP``/``# TYPE`` lines and samples ``name{labels} value [timestamp]``. Blank lines and other
+    comments are ignored silently; anything else is dropped.
+    """
+    kept, dropped, state = [], [], None
+    for line in text.splitlines():
+        if not line:
+            continue
+        if line[0] == "#":
+            if line.startswith("# STATE"):
+                state = line[8:].replace("\0", "")
+            elif META_RE.fullmatch(line):
+                kept.append(line)
+            elif line.startswith(("# HELP", "# TYPE")):
+                dropped.append(line)
+        elif SAMPLE_RE.fullmatch(line):
+            kept.append(line)
+        else:
+            dropped.append(line)
+    return kept, state, dropped
+
+
+def _label_value(value):
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+class Plugin:
+    __slots__ = ("name", "path", "argv", "state", "body", "up", "duration", "disabled", "dropped_note")
+
+    def __init__(self, path):
+        self.path = path
+        self.name = os.path.basename(path)[: -len(PLUGIN_SUFFIX)] or "unnamed"
+        # Direct exec through the shebang; a plugin without the executable bit is handed to bash.
+        self.argv = [path] if os.access(path, os.X_OK) else ["/bin/bash", path]
+        self.state = None
+        self.body = ""
+        self.up = 1
+        self.duration = 0.0
+        self.disabled = False
+        self.dropped_note = None
+
+
+class _Run:
+    __slots__ = ("plugin", "proc", "chunks", "size", "started", "eof")
+
+    def __init__(self, plugin, proc, started):
+        self.plugin, self.proc, self.started = plugin, proc, started
+        self.chunks, self.size, self.eof = [], 0, False
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def server_bind(self):
+        # Skip HTTPServer's getfqdn(): a reverse lookup could send a DNS query off the node.
+        socketserver.TCPServer.server_bind(self)
+        self.server_name, self.server_port = self.server_address[:2]
+
+
+class _Handler(BaseHTTPRequestHandler):
+    timeout = 10
+    exporter = None  # set on a per-server subclass
+
+    def _answer(self, with_body):
+        if self.path.split("?", 1)[0] == "/metrics":
+            code, ctype, body = 200, CONTENT_TYPE, self.exporter.page
+        else:
+            code, ctype, body = 404, "text/plain; charset=utf-8", b"not found: this exporter serves /metrics only\n"
+        self.send_response(code)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if with_body:
+            self.wfile.write(body)
+
+    def do_GET(self):
+        self._answer(True)
+
+    def do_HEAD(self):
+        self._answer(False)
+
+    def log_message(self, format, *args):  # no access log
+        pass
+
+
+class Exporter:
+    def __init__(self, args):
+        self.address = args.address
+        self.port = args.port
+        self.interval = args.interval
+        self.timeout = min(args.timeout, args.interval)
+        self.plugins_dir = args.plugins_dir
+        self.sd_dir = args.sd_dir
+        self.host = socket.gethostname().split(".", 1)[0]
+        self.prefix = f"[exporter {self.host}] "
+        self.env = dict(os.environ, POLL_INTERVAL=f"{self.interval:g}")
+        self.env.pop("_PLUGIN_STATE", None)
+        self.plugins = {}
+        self.running = {}  # fd -> _Run
+        self.cycles = 0
+        self.page = b"# exporter initializing\n"
+        self.stopping = False
+        self.sd_file = None
+        self.server = None
+        self.wake_r, self.wake_w = os.pipe()
+        os.set_blocking(self.wake_w, False)
+        self.selector = selectors.DefaultSelector()
+        self.selector.register(self.wake_r, selectors.EVENT_READ)
+
+    def log(self, msg):
+        sys.stderr.write(self.prefix + msg + "\n")
+        sys.stderr.flush()
+
+    # ---- start and stop -------------------------------------------------------------------------------
+    def bind(self):
+        family = socket.AF_INET6 if ":" in self.address else socket.AF_INET
+        handler = type("Handler", (_Handler,), {"exporter": self})
+        server_cls = type("Server", (_Server,), {"address_family": family})
+        first = self.port
+        for port in range(first, min(first + PORT_TRIES, 65536)):
+            try:
+                self.server = server_cls((self.address, port), handler)
+            except OSError as e:
+                if e.errno != errno.EADDRINUSE:
+                    raise
+                self.log(f"port {port} on {self.address} is in use, trying {port + 1}")
+                continue
+            self.port = port
+            if port != first:
+                self.log(f"port {first} was taken: serving on port {port} instead")
+            return
+        raise OSError(errno.EADDRINUSE, f"ports {first}-{first + PORT_TRIES - 1} on {self.address} are all in use")
+
+    def write_sd_file(self):
+        os.makedirs(self.sd_dir, exist_ok=True)
+        host_port = f"[{self.address}]:{self.port}" if ":" in self.address else f"{self.address}:{self.port}"
+        doc = [{"targets": [host_port], "labels": {"host": self.host}}]
+        path = os.path.join(self.sd_dir, f"{self.host}.json")
+        tmp = os.path.join(self.sd_dir, f".{self.host}.json.tmp.{os.getpid()}")
+        with open(tmp, "w") as f:
+            json.dump(doc, f)
+            f.write("\n")
+        os.replace(tmp, path)
+        self.sd_file = path
+        self.log(f"service discovery file {path} -> {host_port}")
+
+    def _on_signal(self, signum, _frame):
+        self.stopping = True
+        try:
+            os.write(self.wake_w, b"\0")
+        except OSError:
+            pass
+
+    def cleanup(self):
+        for run in list(self.running.values()):
+            self._kill(run)
+        self.running.clear()
+        if self.sd_file:
+            try:
+                os.unlink(self.sd_file)
+            except FileNotFoundError:
+                pass
+        if self.server:
+            self.server.server_close()
+
+    # ---- one cycle ------------------------------------------------------------------------------------
+    def _discover(self):
+        paths = sorted(glob.glob(os.path.join(glob.escape(self.plugins_dir), "*" + PLUGIN_SUFFIX)))
+        known = self.plugins
+        if set(paths) != set(known):
+            self.plugins = {p: known.get(p) or Plugin(p) for p in paths}
+        return [p for p in self.plugins.values() if not p.disabled]
+
+    def _start(self, plugin, host):
+        env = self.env if plugin.state is None else dict(self.env, _PLUGIN_STATE=plugin.state)
+        started = time.monotonic()
+        try:
+            proc = subprocess.Popen(plugin.argv + [host], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                    env=env, start_new_session=True)
+        except OSError as e:
+            plugin.duration = time.monotonic() - started
+            self._failed(plugin, f"could not be started ({e.strerror})")
+            return
+        fd = proc.stdout.fileno()
+        os.set_blocking(fd, False)
+        self.running[fd] = _Run(plugin, proc, started)
+        self.selector.register(fd, selectors.EVENT_READ)
+
+    def _kill(self, run):
+        try:
+            os.killpg(run.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        run.proc.wait()
+        run.proc.stdout.close()
+
+    def _failed(self, plugin, why):
+        plugin.up = 0
+        self.log(f"plugin {plugin.name} {why}; replaying its last good output")
+
+    def _finish(self, run, rc, timed_out=False):
+        p = run.plugin
+        p.duration = time.monotonic() - run.started
+        if timed_out:
+            self._failed(p, f"timed out after {self.timeout:g}s (process group killed)")
+            return
+        if rc == DISABLE_RC:
+            p.disabled, p.body = True, ""
+            self.log(f"plugin {p.name} exited {DISABLE_RC}: it will not be called again")
+            return
+        if rc != 0:
+            self._failed(p, f"failed ({f'signal {-rc}' if rc < 0 else f'exit {rc}'})")
+            return
+        kept, state, dropped = parse_output(b"".join(run.chunks).decode("utf-8", "replace"))
+        note = f"{len(dropped)}:{dropped[0]}" if dropped else None
+        if note != p.dropped_note:
+            p.dropped_note = note
+            if dropped:
+                self.log(f"plugin {p.name}: dropped {len(dropped)} invalid exposition line(s), first: "
+                         f"{dropped[0][:160]!r}")
+        p.up = 1
+        if state is not None:
+            p.state = state
+        if kept:
+            p.body = "\n".join(kept) + "\n"
+        elif state is None or state.startswith("__NONE__"):
+            p.body = ""
+        # else: STATE-only output, the cached body is replayed
+
+    def publish(self):
+        plugins = [p for p in self.plugins.values() if not p.disabled]
+        host = _label_value(self.host)
+        parts = [p.body for p in plugins]
+        if plugins:
+            parts.append("# HELP hw_scrape_duration_seconds Wall seconds of the plugin's last run\n"
+                         "# TYPE hw_scrape_duration_seconds gauge\n")
+            parts += [f'hw_scrape_duration_seconds{{host="{host}",plugin="{_label_value(p.name)}"}} '
+                      f"{p.duration:.6f}\n" for p in plugins]
+            parts.append("# HELP hw_plugin_up 1 when the plugin's last run succeeded, 0 when its last good "
+                         "output is being replayed\n# TYPE hw_plugin_up gauge\n")
+            parts += [f'hw_plugin_up{{host="{host}",plugin="{_label_value(p.name)}"}} {p.up}\n' for p in plugins]
+        parts.append("# HELP hw_exporter_cycles_total Collection cycles completed by the exporter\n"
+                     "# TYPE hw_exporter_cycles_total counter\n"
+                     f'hw_exporter_cycles_total{{host="{host}"}} {self.cycles}\n')
+        self.page = "".join(parts).encode()
+
+    def run_cycle(self):
+        for plugin in self._discover():
+            self._start(plugin, self.host)
+        deadline = time.monotonic() + self.timeout
+        lingering = []  # runs whose stdout closed before their process was reaped
+        while self.running and not self.stopping:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            for key, _ in self.selector.select(left):
+                run = self.running.get(key.fd)
+                if run is None:
+                    continue  # the wake-up pipe: stopping is set
+                try:
+                    data = os.read(key.fd, 65536)
+                except BlockingIOError:
+                    continue
+                if data and run.size < MAX_OUTPUT:
+                    run.chunks.append(data)
+                    run.size += len(data)
+                    continue
+                if data:
+                    self.log(f"plugin {run.plugin.name} wrote more than {MAX_OUTPUT} bytes: stopped")
+                    self._done(key.fd)
+                    self._kill(run)
+                    self._finish(run, -signal.SIGKILL)
+                    continue
+                self._done(key.fd)
+                run.proc.stdout.close()
+                rc = run.proc.poll()
+                if rc is None:
+                    lingering.append(run)
+                else:
+                    self._finish(run, rc)
+                    self.publish()
+        for run in lingering:
+            try:
+                rc = run.proc.wait(max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                self._kill(run)
+                self._finish(run, None, timed_out=True)
+            else:
+                self._finish(run, rc)
+        for fd, run in list(self.running.items()):
+            self._done(fd)
+            self._kill(run)
+            if not self.stopping:
+                self._finish(run, None, timed_out=True)
+        if not self.stopping:
+            self.cycles += 1
+            self.publish()
+
+    def _done(self, fd):
+        self.selector.unregister(fd)
+        del self.running[fd]
+
+    def _drain_wake(self):
+        try:
+            os.read(self.wake_r, 512)
+        except BlockingIOError:
+            pass
+
+    def serve(self):
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            signal.signal(sig, self._on_signal)
+        os.set_blocking(self.wake_r, False)
+        try:
+            self.bind()
+            # Huge poll interval: the serving thread never wakes up on its own (shutdown is by exit).
+            threading.Thread(target=self.server.serve_forever, args=(3600,), daemon=True).start()
+            self.log(f"serving http://{self.address}:{self.port}/metrics (pid {os.getpid()}), plugins "
+                     f"{self.plugins_dir}/*{PLUGIN_SUFFIX} every {self.interval:g}s, timeout {self.timeout:g}s")
+            if self.sd_dir:
+                self.write_sd_file()
+            next_start = time.monotonic()
+            while not self.stopping:
+                self.run_cycle()
+                next_start = max(next_start + self.interval, time.monotonic())
+                while not self.stopping:
+                    left = next_start - time.monotonic()
+                    if left <= 0:
+                        break
+                    if self.selector.select(left):
+                        self._drain_wake()
+        finally:
+            self.cleanup()
+        self.log("stopped")
+        return 0
+
+
+def _positive(text):
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text}")
+    return value
+
+
+def _port(text):
+    value = int(text)
+    if not 1 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"must be a TCP port 1-65535, got {text}")
+    return value
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(prog="metrics_exporter.sh", description="Serve this node's plugin metrics on /metrics.")
+    ap.add_argument("--address", required=True, help="address to bind (loopback or the cluster-private IP)")
+    ap.add_argument("--port", "-p", type=_port, default=DEFAULT_PORT, help=f"first port to try (default {DEFAULT_PORT})")
+    ap.add_argument("--interval", "-i", type=_positive, default=10.0, help="seconds between cycles (default 10)")
+    ap.add_argument("--timeout", type=_positive, default=5.0, help="per-plugin seconds (default 5, at most --interval)")
+    ap.add_argument("--plugins-dir", default=str(DEFAULT_PLUGINS_DIR), help="where *_metrics_plugin.sh are (default utils/)")
+    ap.add_argument("--sd-dir", help="write <host>.json for Prometheus file-based discovery here")
+    args = ap.parse_args(argv)
+    exporter = Exporter(args)
+    try:
+        return exporter.serve()
+    except OSError as e:
+        exporter.log(f"error: {e}")
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
