@@ -36,24 +36,11 @@ fi
 SYS=${GPU_METRICS_ROOT:-}/sys
 shopt -s nullglob
 
-# --- output buffer: samples grouped per metric family, families in first-seen order ---------------------
-declare -A FAM_TYPE=() FAM_HELP=() FAM_BODY=()
-FAM_ORDER=()
-# add NAME TYPE HELP LABELS VALUE   (LABELS appended after host; a non-numeric VALUE is skipped)
-add() {
-  [[ $5 =~ ^-?[0-9]+(\.[0-9]+)?([eE][-+]?[0-9]+)?$ ]] || return 0
-  if [[ -z ${FAM_TYPE[$1]+x} ]]; then
-    FAM_ORDER+=("$1"); FAM_TYPE[$1]=$2; FAM_HELP[$1]=$3
-  fi
-  FAM_BODY[$1]+="$1{host=\"$HOST\"$4} $5"$'\n'
-}
-flush() {
-  local n
-  for n in "${FAM_ORDER[@]}"; do
-    printf '# HELP %s %s\n# TYPE %s %s\n%s' "$n" "${FAM_HELP[$n]}" "$n" "${FAM_TYPE[$n]}" "${FAM_BODY[$n]}"
-  done
-}
-readval() { REPLY=; [[ -r $1 ]] && read -r REPLY _ <"$1" 2>/dev/null; REPLY=${REPLY:-}; }
+_PLUGIN_DIR=${BASH_SOURCE[0]%/*}
+[[ $_PLUGIN_DIR == "${BASH_SOURCE[0]}" ]] && _PLUGIN_DIR=.   # run as "bash <plugin>" from its own dir
+# shellcheck source=utils/metrics_exposition.sh
+source "$_PLUGIN_DIR/metrics_exposition.sh"
+
 # scaled INT DIGITS: INT / 10^DIGITS as a decimal string in REPLY (45500 3 -> 45.5), integer arithmetic only
 scaled() {
   local v=$1 n=$2 neg='' int frac
