@@ -32,22 +32,12 @@ source "$SCRIPT_DIR/utils/container_runtime.sh"
 source "$SCRIPT_DIR/utils/job_log.sh"
 # shellcheck source=utils/process_stop.sh
 source "$SCRIPT_DIR/utils/process_stop.sh"
+# shellcheck source=utils/workspace.sh
+source "$SCRIPT_DIR/utils/workspace.sh"
 
 _PROG=run_local.sh
 _die() { echo "$_PROG: $*" >&2; exit "${2:-1}"; }
 _usage() { sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "${BASH_SOURCE[0]}"; }
-
-# Fails unless the workspace exists and is writable, or could be created by us. Creates nothing.
-_check_workspace() {
-  local dir=$1 probe
-  while [[ ! -e $dir ]]; do dir=$(dirname "$dir"); done
-  [[ -d $dir ]] || _die "JOB_WORKSPACE=$JOB_WORKSPACE cannot be created: $dir is not a directory; set JOB_WORKSPACE to a writable directory"
-  # access(2) says yes to root even on read-only mounts, so try for real and clean up.
-  if ! probe=$(mktemp -d "$dir/.run_local_probe.XXXXXX" 2>/dev/null); then
-    _die "JOB_WORKSPACE=$JOB_WORKSPACE is not writable ($dir refuses new files); set JOB_WORKSPACE to a writable directory"
-  fi
-  rmdir "$probe"
-}
 
 _python_for_tools() {
   if [[ -x ${VENV_DIR:-$SCRIPT_DIR/.venv}/bin/python ]]; then echo "${VENV_DIR:-$SCRIPT_DIR/.venv}/bin/python"
@@ -82,10 +72,8 @@ main() {
   fi
   MODEL_NAME=$(resolve_model "$MODEL_INPUT" "$CONFIGS_DIR") || exit 2
   CONTAINER_RUNTIME=$(detect_container_runtime) || exit 2
-  JOB_WORKSPACE=${JOB_WORKSPACE:-$SCRIPT_DIR/outputs}
-  JOB_WORKSPACE=${JOB_WORKSPACE%/}
-  [[ $JOB_WORKSPACE == /* ]] || JOB_WORKSPACE=$PWD/$JOB_WORKSPACE
-  _check_workspace "$JOB_WORKSPACE"
+  JOB_WORKSPACE=$(resolve_workspace "$SCRIPT_DIR")
+  check_workspace_writable "$JOB_WORKSPACE" || exit 1
   JOB_ID=$(new_local_job_id)
   JOB_NAME=$(job_name "$MODEL_NAME" "$EXP_TAG")
   check_job_name_length "$JOB_NAME" "$JOB_ID" || exit 2

@@ -21,7 +21,7 @@ set -euo pipefail
 
 SCRIPT_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 CONFIGS_DIR=$SCRIPT_DIR/configs
-for _lib in launch_args resolve_model container_runtime artifact stage_timeout; do
+for _lib in launch_args resolve_model container_runtime artifact stage_timeout workspace; do
   # shellcheck source=/dev/null
   source "$SCRIPT_DIR/utils/$_lib.sh"
 done
@@ -54,17 +54,13 @@ _check_node_count() {
   done
 }
 
-_check_workspace() {
-  local dir=$1 probe fstype
-  while [[ ! -e $dir ]]; do dir=$(dirname "$dir"); done
-  [[ -d $dir ]] || _die "JOB_WORKSPACE=$JOB_WORKSPACE cannot be created: $dir is not a directory; set JOB_WORKSPACE to a shared, writable directory"
-  probe=$(mktemp -d "$dir/.submit_probe.XXXXXX" 2>/dev/null) \
-    || _die "JOB_WORKSPACE=$JOB_WORKSPACE is not writable; set JOB_WORKSPACE to a shared, writable directory"
-  rmdir "$probe"
-  fstype=$(df -PT "$dir" 2>/dev/null | awk 'NR == 2 { print $2 }') || true
+# Multi-node jobs need the workspace on storage every node sees; warn (only) when it looks node-local.
+_warn_if_node_local() {
+  local fstype
+  fstype=$(workspace_fstype "$1") || true
   case $fstype in
     nfs|nfs4|lustre|gpfs|beegfs|cifs|smb3|panfs|pvfs2|orangefs|wekafs|ceph|fuse.*|"") ;;
-    *) _say "WARNING: JOB_WORKSPACE=$JOB_WORKSPACE is on '$fstype', which is usually node-local; multi-node jobs need it on a shared filesystem" ;;
+    *) _say "WARNING: JOB_WORKSPACE=$1 is on '$fstype', which is usually node-local; multi-node jobs need it on a shared filesystem" ;;
   esac
 }
 
@@ -116,12 +112,11 @@ main() {
   local runtime
   runtime=$(detect_container_runtime) || exit 2
   local user_workspace=${JOB_WORKSPACE:-}
-  JOB_WORKSPACE=${JOB_WORKSPACE:-$SCRIPT_DIR/outputs}
-  JOB_WORKSPACE=${JOB_WORKSPACE%/}
-  [[ $JOB_WORKSPACE == /* ]] || JOB_WORKSPACE=$PWD/$JOB_WORKSPACE
+  JOB_WORKSPACE=$(resolve_workspace "$SCRIPT_DIR")
   JOB_NAME=$(job_name "$MODEL_NAME" "$EXP_TAG")
   check_job_name_length "$JOB_NAME" "$_LONGEST_JOB_ID" || exit 2
-  _check_workspace "$JOB_WORKSPACE"
+  check_workspace_writable "$JOB_WORKSPACE" || exit 1
+  _warn_if_node_local "$JOB_WORKSPACE"
   # Natively, every node uses this checkout's venv (on the shared filesystem, like the workspace).
   if [[ $runtime == none ]]; then
     "$SCRIPT_DIR/utils/setup_env.sh" || exit 1

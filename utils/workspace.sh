@@ -1,0 +1,41 @@
+# shellcheck shell=bash
+# Summary: The job workspace: where it is, and whether we may write there (sourced library)
+#
+#   resolve_workspace SCRIPT_DIR      prints the absolute JOB_WORKSPACE (default SCRIPT_DIR/outputs)
+#   check_workspace_writable DIR      returns 1 with a one-line error unless DIR exists and takes new files,
+#                                     or could be created under its nearest existing parent; creates nothing
+#   workspace_fstype DIR              prints the filesystem type holding DIR (or its nearest parent)
+
+_workspace_err() { echo "${0##*/}: $*" >&2; }
+
+resolve_workspace() {
+  local dir=${JOB_WORKSPACE:-$1/outputs}
+  dir=${dir%/}
+  [[ $dir == /* ]] || dir=$PWD/$dir
+  printf '%s\n' "$dir"
+}
+
+_nearest_existing() {
+  local dir=$1
+  while [[ ! -e $dir ]]; do dir=$(dirname "$dir"); done
+  printf '%s\n' "$dir"
+}
+
+check_workspace_writable() {
+  local want=$1 dir probe
+  dir=$(_nearest_existing "$want")
+  if [[ ! -d $dir ]]; then
+    _workspace_err "JOB_WORKSPACE=$want cannot be created: $dir is not a directory; set JOB_WORKSPACE to a writable directory"
+    return 1
+  fi
+  # access(2) says yes to root even on read-only mounts, so try for real and clean up.
+  if ! probe=$(mktemp -d "$dir/.workspace_probe.XXXXXX" 2>/dev/null); then
+    _workspace_err "JOB_WORKSPACE=$want is not writable ($dir refuses new files); set JOB_WORKSPACE to a writable directory"
+    return 1
+  fi
+  rmdir "$probe"
+}
+
+workspace_fstype() {
+  df -PT "$(_nearest_existing "$1")" 2>/dev/null | awk 'NR == 2 { print $2 }'
+}
