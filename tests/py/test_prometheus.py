@@ -8,16 +8,15 @@ import json
 import re
 import os
 import signal
-import socket
 import subprocess
 import threading
 import time
-import urllib.parse
-import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+
+from prom_query import View, api, free_port, pid_alive, wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "utils" / "prometheus.sh"
@@ -31,44 +30,6 @@ def sh(*args, env=None, timeout=60, check=True):
     if check and proc.returncode != 0:
         raise AssertionError(f"prometheus.sh {args} -> {proc.returncode}\n{proc.stdout}\n{proc.stderr}")
     return proc
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def api(port, path, **params):
-    url = f"http://127.0.0.1:{port}{path}?{urllib.parse.urlencode(params)}"
-    with urllib.request.urlopen(url, timeout=5) as resp:
-        body = json.load(resp)
-    assert body["status"] == "success", body
-    return body["data"]
-
-
-def wait_for(predicate, timeout, what):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            result = predicate()
-            if result:
-                return result
-        except OSError:
-            pass
-        time.sleep(0.2)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-
-
-def pid_alive(pid):
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    try:  # a zombie counts as gone
-        return Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0] != "Z"
-    except OSError:
-        return False
 
 
 @pytest.fixture(scope="session")
@@ -143,34 +104,6 @@ def wait_samples(port, n):
         return res and len(res[0]["values"]) >= n and [float(t) for t, _ in res[0]["values"]]
 
     return wait_for(enough, 30, f"{n} samples of {METRIC}")
-
-
-class View:
-    """`prometheus.sh view` in the background; stop() sends TERM to it by PID (it stops its child)."""
-
-    def __init__(self, target, port):
-        t0 = time.monotonic()
-        self.proc = subprocess.Popen([str(SCRIPT), "view", str(target), "-p", str(port)], stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, text=True)
-        self.header = []
-        for line in self.proc.stdout:
-            self.header.append(line)
-            if line.startswith("Ctrl-C"):
-                break
-        else:
-            raise AssertionError(f"view ended early: {''.join(self.header)}{self.proc.stderr.read()}")
-        url = next(line.split()[-1] for line in self.header if "URL:" in line)
-        self.port = int(url.rsplit(":", 1)[1])
-        wait_for(lambda: api(self.port, "/api/v1/query", query="1") is not None, 10, "view ready")
-        print(f"view startup: {time.monotonic() - t0:.2f}s")
-
-    def stop(self):
-        self.proc.send_signal(signal.SIGTERM)
-        rc = self.proc.wait(timeout=20)
-        err = self.proc.stderr.read()
-        self.proc.stdout.close()
-        self.proc.stderr.close()
-        return rc, err
 
 
 def test_start_scrape_stop_then_view(job):
