@@ -8,6 +8,7 @@ import json
 import re
 import os
 import signal
+import socket
 import subprocess
 import threading
 import time
