@@ -11,8 +11,9 @@
 #             (apt-get install --no-install-recommends prometheus; no daemon is started). Prints path and version.
 #   start     runs a Prometheus for one job in the background: TSDB, config, log (prometheus.log) and PID file
 #             (prometheus.pid) all in <job_dir>/prometheus/. Listens on 127.0.0.1 only, port 9190 or the next
-#             free one. Scrapes itself and every target listed in <sd-dir>/*.json or *.yml (file_sd; default
-#             <job_dir>/prometheus/targets/, exporters drop files there; changes are picked up at once).
+#             free one. Scrapes itself, as job "exporters" every target listed in <sd-dir>/*.json or *.yml
+#             (file_sd; default <job_dir>/prometheus/targets/, exporters drop files there; changes are picked
+#             up at once) and as job "ray" those in <sd-dir>/ray/ (each node's Ray metrics export port).
 #             Each scrape is written to the WAL as it is committed, so even a kill -9 loses at most the scrape
 #             in flight. Waits for /-/ready, then prints the port on stdout.
 #   stop      stops the Prometheus of that job, by the PID in its PID file, after checking that the PID is a
@@ -238,8 +239,13 @@ scrape_configs:
     static_configs:
       - targets: ['127.0.0.1:$port']
   - job_name: exporters
+    honor_labels: true
     file_sd_configs:
       - files: ['$_prom_sd_dir/*.json', '$_prom_sd_dir/*.yml', '$_prom_sd_dir/*.yaml']
+        refresh_interval: 30s
+  - job_name: ray
+    file_sd_configs:
+      - files: ['$_prom_sd_dir/ray/*.json', '$_prom_sd_dir/ray/*.yml', '$_prom_sd_dir/ray/*.yaml']
         refresh_interval: 30s
 EOF
 }
