@@ -1,0 +1,340 @@
+"""py/jobkit/ray_launch.py and utils/ray_cluster.sh against a real one-node Ray cluster.
+
+One Ray head for the whole module (started and stopped through utils/ray_cluster.sh, on 127.0.0.1 with its own
+short --temp-dir); every test runs the launcher as a separate driver process against it. The head's
+environment carries a marker variable, which the launched commands must see (the node's environment is theirs),
+while no RAY_* variable may reach them. Nothing here uses `ray stop` or kills by name: the head is stopped by
+its temp dir, test processes by their PIDs.
+"""
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from jobkit import ray_launch
+
+REPO = Path(__file__).resolve().parents[2]
+LIB = REPO / "utils" / "ray_cluster.sh"
+SHIM = REPO / "utils" / "pyspy_shim" / "py-spy"
+VENV_BIN = Path(sys.executable).parent
+RAY_CLI = VENV_BIN / "ray"
+MARKER = ("JOBKIT_NODE_MARKER", "node env reaches the command")
+
+pytestmark = pytest.mark.skipif(not RAY_CLI.exists(), reason=f"no ray CLI next to {sys.executable}")
+
+# A child script with a function name nothing else has, for the py-spy check; writes its PID, then loops.
+LOOPER = """
+import os, sys, time
+def jobkit_unique_training_loop():
+    while True:
+        time.sleep(0.02)
+with open(sys.argv[1] + ".tmp", "w") as f:
+    f.write(str(os.getpid()))
+os.rename(sys.argv[1] + ".tmp", sys.argv[1])
+print("looping", flush=True)
+jobkit_unique_training_loop()
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def lib(call: str, env: dict | None = None, timeout: float = 150) -> subprocess.CompletedProcess:
+    """Runs `source utils/ray_cluster.sh; <call>` in bash."""
+    return subprocess.run(["bash", "-c", f'source "{LIB}"; {call}'], capture_output=True, text=True,
+                          env=env, timeout=timeout)
+
+
+def node_env() -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_") and k != "OMP_NUM_THREADS"}
+    env.update({"RAY_BIN": str(RAY_CLI), "RAY_USAGE_STATS_ENABLED": "0", MARKER[0]: MARKER[1]})
+    return env
+
+
+def procs_naming(path: str) -> list[int]:
+    """Live (non-zombie) processes whose command line mentions path."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            cmd = (entry / "cmdline").read_bytes()
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if path.encode() in cmd and state != "Z":
+            found.append(int(entry.name))
+    return found
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def wait_for(predicate, timeout: float, what: str):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    temp = tempfile.mkdtemp(prefix="mxr-t", dir="/tmp")
+    ports = [free_port() for _ in range(3)]
+    t0 = time.monotonic()
+    proc = lib(f"ray_start_head {temp} 127.0.0.1 {ports[0]} {ports[1]} {ports[2]}", env=node_env())
+    started = time.monotonic() - t0
+    try:
+        assert proc.returncode == 0, proc.stderr
+        print(f"ray_start_head: {started:.1f} s")
+        yield {"address": f"127.0.0.1:{ports[0]}", "temp": temp, "dashboard": ports[1]}
+    finally:
+        t0 = time.monotonic()
+        stop = lib(f"ray_stop_node {temp}", timeout=60)
+        print(f"ray_stop_node: {time.monotonic() - t0:.2f} s")
+        left = procs_naming(temp)
+        subprocess.run(["rm", "-rf", temp], check=False)
+        assert stop.returncode == 0, stop.stderr
+        assert left == [], f"processes of the Ray node survived ray_stop_node: {left}"
+
+
+def launch(cluster, *cmd, opts=(), **kwargs) -> subprocess.Popen:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
+    env["PYTHONPATH"] = str(REPO / "py")
+    return subprocess.Popen([sys.executable, "-m", "jobkit.ray_launch", "--address", cluster["address"], *opts,
+                             "--", *cmd], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, **kwargs)
+
+
+def run(cluster, *cmd, opts=(), timeout=60, **kwargs) -> tuple[int, bytes, str]:
+    proc = launch(cluster, *cmd, opts=opts, **kwargs)
+    out, err = proc.communicate(timeout=timeout)
+    return proc.returncode, out, err.decode()
+
+
+def test_exit_code_of_the_command_is_the_drivers(cluster):
+    rc, out, err = run(cluster, "bash", "-c", "echo before; exit 3")
+    assert rc == 3, err
+    assert out == b"before\n"
+    assert "[ray_launch] node 127.0.0.1 rank 0: exited with code 3" in err
+
+
+def test_success_is_zero_and_says_so(cluster):
+    rc, out, err = run(cluster, "true")
+    assert (rc, out) == (0, b""), err
+    assert "exited with code 0" in err
+
+
+def test_killed_command_reports_the_signal(cluster):
+    rc, _out, err = run(cluster, "bash", "-c", "kill -KILL $$")
+    assert rc == 137, err
+    assert "killed by SIGKILL" in err
+
+
+def test_command_gets_the_node_env_without_ray_variables(cluster, tmp_path):
+    rc, out, err = run(cluster, "env", "-0", cwd=tmp_path)
+    assert rc == 0, err
+    env = dict(item.split("=", 1) for item in out.decode().split("\0") if "=" in item)
+    assert env.get(MARKER[0]) == MARKER[1], "the node's `ray start` environment must reach the command"
+    assert [k for k in env if k.startswith("RAY_")] == []
+    for injected in ("OMP_NUM_THREADS", "PYTHONBREAKPOINT", "SPT_NOENV", "JOBKIT_PYSPY_SHIM_DIR", "LD_PRELOAD"):
+        assert injected not in env, f"{injected}={env[injected]} comes from Ray, not from the node"
+    assert "pyspy_shim" not in env["PATH"]
+    assert env["PYTHONUNBUFFERED"] == "1"
+    assert env["PWD"] == str(tmp_path)
+
+
+def test_output_reaches_stdout_unchanged_and_in_order(cluster, tmp_path):
+    script = tmp_path / "talk.py"
+    script.write_text(
+        "import sys\n"
+        "out = sys.stdout.buffer\n"
+        "for i in range(3000):\n"
+        "    out.write(b'completed step: %d, \\t  caf\\xc3\\xa9 \\x1b[1mbold\\x1b[0m %s\\r\\n' % (i, b'x' * (i % 97)))\n"
+        "    if i % 500 == 0:\n"
+        "        out.flush(); sys.stderr.buffer.write(b'stderr line %d\\n' % i); sys.stderr.flush()\n"
+        "out.write(b'no newline at the end')\n"
+    )
+    expected = subprocess.run([sys.executable, str(script)], capture_output=True, check=True)
+    rc, out, err = run(cluster, sys.executable, str(script))
+    assert rc == 0, err
+    lines = out.split(b"\n")
+    assert [line for line in lines if not line.startswith(b"stderr line")] == expected.stdout.split(b"\n")
+    assert [line for line in lines if line.startswith(b"stderr line")] == expected.stderr.splitlines()
+    assert out.endswith(b"no newline at the end")
+
+
+def test_sigterm_stops_the_command_tree_and_exits_143(cluster, tmp_path):
+    pid_file = tmp_path / "child.pid"
+    (tmp_path / "loop.py").write_text(LOOPER)
+    # The training process is a grandchild (a launcher shell in between), as with _train.sh.
+    proc = launch(cluster, "bash", "-c", f'{sys.executable} {tmp_path / "loop.py"} {pid_file}; echo after')
+    try:
+        child = int(wait_for(lambda: pid_file.exists() and pid_file.read_text(), 30, "the command to start"))
+        t0 = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        _out, err = proc.communicate(timeout=30)
+        took = time.monotonic() - t0
+        assert proc.returncode == 143, err.decode()
+        assert "got SIGTERM: stopping the command" in err.decode()
+        wait_for(lambda: not alive(child), 5, "the training process to end")
+        print(f"SIGTERM -> driver exit: {took:.2f} s")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
+def test_driver_killed_hard_takes_the_command_along(cluster, tmp_path):
+    pid_file = tmp_path / "child.pid"
+    (tmp_path / "loop.py").write_text(LOOPER)
+    proc = launch(cluster, "bash", "-c", f'{sys.executable} {tmp_path / "loop.py"} {pid_file}')
+    child = int(wait_for(lambda: pid_file.exists() and pid_file.read_text(), 30, "the command to start"))
+    proc.kill()
+    proc.wait()
+    # Ray ends the driver's actors; the watchdog then kills the command's process group (grandchild included).
+    wait_for(lambda: not alive(child), 30, "the training process to end after its driver was killed")
+
+
+def test_pyspy_shim_dumps_the_training_process_of_an_actor(cluster, tmp_path):
+    if os.geteuid() != 0 and Path("/proc/sys/kernel/yama/ptrace_scope").read_text().strip() != "0":
+        pytest.skip("py-spy cannot attach to a non-child here (not root and yama ptrace_scope != 0)")
+    pid_file = tmp_path / "child.pid"
+    (tmp_path / "loop.py").write_text(LOOPER)
+    proc = launch(cluster, "bash", "-c", f'{sys.executable} {tmp_path / "loop.py"} {pid_file}')
+    try:
+        child = int(wait_for(lambda: pid_file.exists() and pid_file.read_text(), 30, "the command to start"))
+        # The driver's stderr names the actor's worker PID, as the dashboard would pass it to py-spy.
+        line = proc.stderr.readline().decode()
+        assert "Ray worker pid" in line, line
+        worker = int(line.split("Ray worker pid ")[1].split(",")[0])
+        assert worker != child
+        env = dict(os.environ, PATH=f"{SHIM.parent}:{VENV_BIN}:{os.environ['PATH']}")
+        dump = subprocess.run(["py-spy", "dump", "-p", str(worker)], capture_output=True, text=True, env=env,
+                              timeout=30)
+        assert dump.returncode == 0, dump.stderr
+        assert "jobkit_unique_training_loop" in dump.stdout
+        assert f"Process {child}:" in dump.stdout
+        assert f"Ray worker {worker} -> its training process {child}" in dump.stderr
+        # The same through the dashboard's own "Stack Trace" endpoint (its agent finds the shim on PATH).
+        url = f"http://127.0.0.1:{cluster['dashboard']}/worker/traceback?ip=127.0.0.1&pid={worker}"
+        with urllib.request.urlopen(url, timeout=30) as reply:
+            text = reply.read().decode()
+        assert "jobkit_unique_training_loop" in text and f"Process {child}:" in text, text
+        # Any other PID goes to the real py-spy unchanged.
+        other = subprocess.run(["py-spy", "dump", "-p", str(child)], capture_output=True, text=True, env=env,
+                               timeout=30)
+        assert other.returncode == 0 and "jobkit_unique_training_loop" in other.stdout
+        assert "jobkit wrapper" not in other.stderr
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=30)
+
+
+def test_unreachable_cluster_is_one_line_and_its_own_exit_code(tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
+    env["PYTHONPATH"] = str(REPO / "py")
+    closed = free_port()
+    proc = subprocess.run([sys.executable, "-m", "jobkit.ray_launch", "--address", f"127.0.0.1:{closed}", "--",
+                           "touch", str(tmp_path / "ran")], capture_output=True, text=True, env=env, timeout=60)
+    assert proc.returncode == ray_launch.EXIT_UNREACHABLE == 75
+    assert proc.stdout == ""
+    lines = proc.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"[ray_launch] cannot reach the Ray cluster at 127.0.0.1:{closed}: ")
+    assert not (tmp_path / "ran").exists()
+
+
+def test_too_few_nodes_is_unreachable(cluster, tmp_path):
+    rc, _out, err = run(cluster, "touch", str(tmp_path / "ran"), opts=("--nodes", "2", "--nodes-timeout", "1"))
+    assert rc == 75, err
+    assert "only 1 of 2 node(s) joined within 1 s" in err
+    assert not (tmp_path / "ran").exists()
+
+
+def test_missing_command_is_127(cluster):
+    rc, _out, err = run(cluster, "/nonexistent/jobkit-cmd")
+    assert rc == 127, err
+    assert "cannot start '/nonexistent/jobkit-cmd'" in err
+
+
+def test_usage_errors_are_2():
+    assert ray_launch.main(["--nodes", "1"]) == 2
+    assert ray_launch.main(["--nodes", "0", "--", "true"]) == 2
+
+
+def test_status_helpers():
+    assert ray_launch.describe_status(0) == "exited with code 0"
+    assert ray_launch.describe_status(-9) == "killed by SIGKILL"
+    assert ray_launch.shell_status(-15) == 143
+    assert ray_launch.first_failure([((1, 1), 2), ((0, 0), 0), ((2, 2), 5)]) == 2
+    assert ray_launch.first_failure([((0, 0), 0), ((1, 1), 0)]) == 0
+
+
+def test_child_env_restores_the_node_values():
+    worker = {"PATH": "/shim:/usr/bin", "OMP_NUM_THREADS": "1", "RAY_JOB_ID": "01", "KEEP": "x",
+              "CUDA_VISIBLE_DEVICES": "", "JOBKIT_PYSPY_SHIM_DIR": "/shim"}
+    raylet = {"PATH": "/shim:/usr/bin", "KEEP": "x", "CUDA_VISIBLE_DEVICES": "0,1", "LD_PRELOAD": "jemalloc.so",
+              "JOBKIT_PYSPY_SHIM_DIR": "/shim"}
+    env = ray_launch.child_env(worker, raylet, "/work")
+    assert env == {"PATH": "/usr/bin", "KEEP": "x", "CUDA_VISIBLE_DEVICES": "0,1", "PYTHONUNBUFFERED": "1",
+                   "PWD": "/work"}
+    # Without the raylet's environment: the known worker additions go.
+    env = ray_launch.child_env(worker, None)
+    assert "OMP_NUM_THREADS" not in env and "RAY_JOB_ID" not in env and env["KEEP"] == "x"
+
+
+def test_start_head_on_a_taken_port_fails_in_one_line_and_leaves_nothing():
+    temp = tempfile.mkdtemp(prefix="mxr-p", dir="/tmp")
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        gcs = taken.getsockname()[1]
+        t0 = time.monotonic()
+        proc = lib(f"ray_start_head {temp} 127.0.0.1 {gcs} {free_port()} {free_port()}", env=node_env())
+        took = time.monotonic() - t0
+    try:
+        assert proc.returncode != 0
+        lines = proc.stderr.splitlines()
+        assert len(lines) == 1, proc.stderr
+        assert f"port {gcs} (GCS_PORT={gcs}) is already in use" in lines[0]
+        assert took < 10
+        assert procs_naming(temp) == []
+        assert lib(f"ray_node_pids {temp}").stdout == ""
+    finally:
+        subprocess.run(["rm", "-rf", temp], check=False)
+
+
+def test_library_rejects_bad_arguments():
+    proc = lib("ray_start_head /tmp/x 127.0.0.1 notaport 1 2")
+    assert proc.returncode == 2 and len(proc.stderr.splitlines()) == 1 and "GCS_PORT" in proc.stderr
+    proc = lib("ray_start_head /tmp/" + "d" * 80 + " 127.0.0.1 1 2 3")
+    assert proc.returncode == 2 and "too long for Ray's unix sockets" in proc.stderr
+    proc = lib("ray_join_cluster /tmp/x 127.0.0.1 nohostport 1")
+    assert proc.returncode == 2 and "HEAD_ADDR" in proc.stderr
+    proc = lib("ray_save_logs /tmp/jobkit-no-such-dir /tmp/jobkit-no-dest")
+    assert proc.returncode == 1 and "no Ray session logs" in proc.stderr
+
+
+def test_save_logs_copies_the_session_logs(cluster, tmp_path):
+    dest = tmp_path / "ray_logs" / "host"
+    proc = lib(f"ray_save_logs {cluster['temp']} {dest}")
+    assert proc.returncode == 0, proc.stderr
+    names = {p.name for p in dest.iterdir()}
+    assert {"raylet.out", "gcs_server.out"} <= names, sorted(names)

@@ -1,0 +1,442 @@
+# shellcheck shell=bash
+# Usage: source utils/ray_cluster.sh
+# Summary: Start, join, stop and save the logs of ONE Ray node, identified by its own --temp-dir (sourced library)
+#
+# ray_start_head TEMP_DIR NODE_IP GCS_PORT DASHBOARD_PORT METRICS_PORT
+#     Starts a Ray head: GCS on NODE_IP:GCS_PORT (the cluster-private address), dashboard on
+#     127.0.0.1:DASHBOARD_PORT, Prometheus metrics on METRICS_PORT, sessions and logs under TEMP_DIR. Returns
+#     once GCS, raylet and dashboard listen (bounded by RAY_START_TIMEOUT). NODE_IP 127.0.0.1 makes a
+#     single-node cluster (Ray otherwise swaps loopback for the first routable address).
+# ray_join_cluster TEMP_DIR NODE_IP HEAD_ADDR METRICS_PORT [TRIES] [DELAY]
+#     Starts a Ray worker node that joins the head at HEAD_ADDR (IP:PORT); TRIES attempts (default 12),
+#     DELAY seconds apart (default 5). Each failed attempt is cleaned up before the next.
+# ray_stop_node TEMP_DIR [GRACE]
+#     Stops every process of the Ray node that runs under TEMP_DIR: TERM (all but the GCS server and the
+#     autoscaler monitor, which ignore it), KILL for what is left once the others are gone or after GRACE
+#     seconds (default RAY_STOP_GRACE or 5). Typically takes ~0.3 s. Never touches another Ray node on the
+#     machine (no `ray stop`, which stops them all and takes ~6.5 s).
+# ray_save_logs TEMP_DIR DEST_DIR
+#     Copies the node's session logs (TEMP_DIR/session_latest/logs/*) and the output of `ray start`
+#     (ray_start.log) into DEST_DIR (created if needed).
+# ray_node_pids TEMP_DIR
+#     Prints the PIDs of the node's processes, one per line (what ray_stop_node stops).
+#
+# Each returns non-zero after one line on stderr naming the problem and the fix; a failed start or join leaves
+# no process behind. Which processes belong to a node: those whose command line names TEMP_DIR (gcs_server,
+# raylet, dashboard, log monitor, autoscaler monitor), every process of their session (`ray start` runs under
+# setsid, so the whole node shares one session; that catches the Ray client server, which names no directory)
+# and every descendant of those (workers, agents, and what actors started, e.g. training).
+#
+# py-spy: `ray start` runs with utils/pyspy_shim first on PATH, so the dashboard's "Stack Trace" and
+# "CPU Flame Graph" buttons on an actor reach the training process the actor started (see the shim).
+#
+# Environment:
+#   RAY_BIN            the ray CLI (default: `ray` on PATH)
+#   RAY_START_TIMEOUT  seconds one `ray start` may take until its services listen (default 90)
+#   RAY_STOP_GRACE     default GRACE of ray_stop_node (default 5)
+#   RAY_START_ARGS     extra words appended to every `ray start` (e.g. "--num-gpus=0")
+
+_RAY_CLUSTER_SH_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# shellcheck source=utils/free_port.sh disable=SC1091 # followed with shellcheck -x
+source "$_RAY_CLUSTER_SH_DIR/free_port.sh"
+
+_ray_err() { echo "ray_cluster: $*" >&2; }
+
+# What Ray puts after TEMP_DIR in its longest unix socket path (Ray 2.60):
+# "/session_YYYY-mm-dd_HH-MM-SS_ffffff_<pid>/sockets/dash_MetricsHead", the pid as long as pid_max allows.
+_ray_socket_suffix_len() {
+  local pid_max=4194304
+  read -r pid_max 2>/dev/null </proc/sys/kernel/pid_max
+  echo $((1 + 35 + ${#pid_max} + 9 + 16))
+}
+
+# Prints the ray CLI, or fails with a one-line error.
+_ray_cli() {
+  local bin=${RAY_BIN:-}
+  if [[ -n $bin ]]; then
+    [[ -x $bin ]] && { echo "$bin"; return 0; }
+    _ray_err "RAY_BIN=$bin is not executable; point it at the ray CLI (e.g. .venv/bin/ray) or unset it"
+    return 1
+  fi
+  bin=$(command -v ray 2>/dev/null) && { echo "$bin"; return 0; }
+  _ray_err "the ray CLI is not on PATH; pip install 'ray[default]' in the training environment or set RAY_BIN"
+  return 1
+}
+
+# Checks TEMP_DIR: absolute, and short enough for Ray's unix sockets (107 bytes).
+_ray_check_temp_dir() {
+  local dir=$1
+  if [[ $dir != /* || $dir == */ || $dir == *[[:space:]]* ]]; then
+    _ray_err "TEMP_DIR '$dir' must be an absolute path without spaces or trailing slash; use e.g. /tmp/mxray-<job>-<rank>"
+    return 1
+  fi
+  local max=$((107 - $(_ray_socket_suffix_len)))
+  if ((${#dir} > max)); then
+    _ray_err "TEMP_DIR '$dir' is too long for Ray's unix sockets (at most $max characters); use a shorter path such as /tmp/mxray-<job>-<rank>"
+    return 1
+  fi
+}
+
+_ray_check_port() {
+  [[ $2 =~ ^[0-9]+$ ]] && ((10#$2 >= 1 && 10#$2 <= 65535)) && return 0
+  _ray_err "$1 '$2' is not a TCP port number (1-65535); pass a free port, e.g. from pick_free_port"
+  return 1
+}
+
+# True when some TCP socket of this machine listens on PORT (any address, IPv4 or IPv6).
+_ray_listening() {
+  local want table _sl local_addr _rem st _rest
+  want=$(printf '%04X' "$((10#$1))")
+  for table in /proc/net/tcp /proc/net/tcp6; do
+    [[ -r $table ]] || continue
+    while read -r _sl local_addr _rem st _rest; do
+      [[ $st == 0A && ${local_addr##*:} == "$want" ]] && return 0
+    done <"$table"
+  done
+  return 1
+}
+
+# Fails with a one-line error when one of the "NAME=PORT" pairs is already listened on.
+_ray_ports_free() {
+  local pair
+  for pair in "$@"; do
+    if _ray_listening "${pair#*=}"; then
+      _ray_err "port ${pair#*=} ($pair) is already in use on this machine; pick another one (pick_free_port from utils/free_port.sh)"
+      return 1
+    fi
+  done
+}
+
+# True when a TCP connection to HOST PORT opens within 3 s.
+_ray_tcp_open() {
+  # shellcheck disable=SC2016 # expanded by the inner bash
+  timeout 3 bash -c 'exec 3<>"/dev/tcp/$1/$2"' _ "$1" "$2" 2>/dev/null
+}
+
+_ray_is_loopback() { [[ $1 == 127.* || $1 == localhost || $1 == ::1 ]]; }
+
+# Prints the real py-spy (not the shim), or nothing.
+_ray_real_pyspy() {
+  local cli=$1 dir candidate
+  candidate=$(dirname "$cli")/py-spy
+  [[ -x $candidate ]] && { echo "$candidate"; return 0; }
+  local IFS=:
+  for dir in $PATH; do
+    [[ -n $dir && $dir != "$_RAY_CLUSTER_SH_DIR/pyspy_shim" && -x $dir/py-spy ]] && { echo "$dir/py-spy"; return 0; }
+  done
+  return 0
+}
+
+# Runs `ray start ARGS...` for TEMP_DIR in a session of its own, its output in TEMP_DIR/ray_start.log, with the
+# py-spy shim first on PATH. Waits for it (at most RAY_START_TIMEOUT s).
+_ray_run_start() {
+  local dir=$1 node_ip=$2 cli real_pyspy
+  shift 2
+  cli=$(_ray_cli) || return 1
+  real_pyspy=$(_ray_real_pyspy "$cli")
+  mkdir -p "$dir" || { _ray_err "cannot create TEMP_DIR $dir; choose a writable place such as /tmp"; return 1; }
+  local -a env_args=(
+    "PATH=$_RAY_CLUSTER_SH_DIR/pyspy_shim:$PATH"
+    "JOBKIT_PYSPY_SHIM_DIR=$_RAY_CLUSTER_SH_DIR/pyspy_shim"
+    "JOBKIT_PYSPY_REAL=$real_pyspy"
+    RAY_USAGE_STATS_ENABLED=0
+    # Ray 2.60 refuses the dashboard's stack trace / flame graph unless this is on; the dashboard listens on
+    # 127.0.0.1 only. RAY_DASHBOARD_ENABLE_PROFILING=0 in the caller's environment keeps it off.
+    "RAY_DASHBOARD_ENABLE_PROFILING=${RAY_DASHBOARD_ENABLE_PROFILING:-1}"
+  )
+  # Without this, Ray replaces a loopback --node-ip-address by the first routable address.
+  _ray_is_loopback "$node_ip" && env_args+=(RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0)
+  local -a extra=()
+  # shellcheck disable=SC2206 # RAY_START_ARGS is a list of words by design
+  [[ -n ${RAY_START_ARGS:-} ]] && extra=($RAY_START_ARGS)
+  # setsid: the node gets a session of its own, which ray_stop_node uses to find every process of it.
+  timeout -k 5 "${RAY_START_TIMEOUT:-90}" setsid -w env "${env_args[@]}" "$cli" start \
+    --temp-dir="$dir" --node-ip-address="$node_ip" --disable-usage-stats "$@" "${extra[@]}" \
+    </dev/null >"$dir/ray_start.log" 2>&1
+}
+
+# Prints the most telling line of a failed `ray start`'s output.
+_ray_start_reason() {
+  local log=$1 line
+  line=$(grep -E 'Error|error:|Exception|failed|Failed' "$log" 2>/dev/null | grep -v '^ *File ' | tail -n 1)
+  [[ -n $line ]] || line=$(grep -v '^[[:space:]]*$' "$log" 2>/dev/null | tail -n 1)
+  line=${line//$'\r'/}
+  ((${#line} > 300)) && line="${line:0:300}..."
+  echo "${line:-no output}"
+}
+
+# Waits until every port in $2.. listens and the raylet socket exists, or the deadline (epoch s, $1) passes.
+_ray_wait_listening() {
+  local deadline=$1 dir=$2 port ok
+  shift 2
+  while :; do
+    ok=1
+    compgen -G "$dir/session_latest/sockets/raylet*" >/dev/null || ok=0
+    for port in "$@"; do _ray_listening "$port" || { ok=0; break; }; done
+    ((ok)) && return 0
+    ((EPOCHSECONDS >= deadline)) && return 1
+    sleep 0.1
+  done
+}
+
+ray_start_head() {
+  if (($# != 5)); then
+    _ray_err "ray_start_head needs TEMP_DIR NODE_IP GCS_PORT DASHBOARD_PORT METRICS_PORT (got $# arguments)"
+    return 2
+  fi
+  local dir=$1 node_ip=$2 gcs_port=$3 dash_port=$4 metrics_port=$5 agent_port client_port rc=0
+  _ray_check_temp_dir "$dir" || return 2
+  _ray_check_port GCS_PORT "$gcs_port" && _ray_check_port DASHBOARD_PORT "$dash_port" &&
+    _ray_check_port METRICS_PORT "$metrics_port" || return 2
+  if [[ -n $(ray_node_pids "$dir") ]]; then
+    _ray_err "a Ray node already runs under $dir; stop it first (ray_stop_node $dir) or use another TEMP_DIR"
+    return 1
+  fi
+  # Ray's fixed defaults (dashboard agent 52365, client server 10001) would collide with any other Ray node
+  # on the machine: take free ones.
+  agent_port=$(pick_free_port "$gcs_port" "$dash_port" "$metrics_port") &&
+    client_port=$(pick_free_port "$gcs_port" "$dash_port" "$metrics_port" "$agent_port") || return 1
+  _ray_ports_free "GCS_PORT=$gcs_port" "DASHBOARD_PORT=$dash_port" "METRICS_PORT=$metrics_port" || return 1
+
+  local deadline=$((EPOCHSECONDS + ${RAY_START_TIMEOUT:-90}))
+  _ray_run_start "$dir" "$node_ip" --head --port="$gcs_port" --num-cpus=0 \
+    --include-dashboard=true --dashboard-host=127.0.0.1 --dashboard-port="$dash_port" \
+    --metrics-export-port="$metrics_port" --dashboard-agent-listen-port="$agent_port" \
+    --ray-client-server-port="$client_port" || rc=$?
+  if ((rc != 0)); then
+    local reason
+    ((rc == 124 || rc == 137)) && reason="ray start took longer than ${RAY_START_TIMEOUT:-90} s" ||
+      reason=$(_ray_start_reason "$dir/ray_start.log")
+    ray_stop_node "$dir" 0 >/dev/null 2>&1
+    _ray_err "Ray head on $node_ip:$gcs_port did not start: $reason (full output: $dir/ray_start.log)"
+    return 1
+  fi
+  if ! _ray_wait_listening "$deadline" "$dir" "$gcs_port" "$dash_port"; then
+    ray_stop_node "$dir" 0 >/dev/null 2>&1
+    _ray_err "Ray head on $node_ip:$gcs_port started but its GCS/dashboard did not listen within ${RAY_START_TIMEOUT:-90} s; see $dir/session_latest/logs/ (or raise RAY_START_TIMEOUT)"
+    return 1
+  fi
+}
+
+ray_join_cluster() {
+  if (($# < 4 || $# > 6)); then
+    _ray_err "ray_join_cluster needs TEMP_DIR NODE_IP HEAD_ADDR METRICS_PORT [TRIES] [DELAY] (got $# arguments)"
+    return 2
+  fi
+  local dir=$1 node_ip=$2 head=$3 metrics_port=$4 tries=${5:-12} delay=${6:-5}
+  _ray_check_temp_dir "$dir" || return 2
+  _ray_check_port METRICS_PORT "$metrics_port" || return 2
+  if [[ ! $head =~ ^[^:]+:[0-9]+$ ]]; then
+    _ray_err "HEAD_ADDR '$head' is not IP:PORT; pass the head's cluster address and GCS port, e.g. 10.0.0.1:6379"
+    return 2
+  fi
+  if [[ ! $tries =~ ^[1-9][0-9]*$ || ! $delay =~ ^[0-9]+([.][0-9]+)?$ ]]; then
+    _ray_err "TRIES '$tries' must be a positive number and DELAY '$delay' a number of seconds"
+    return 2
+  fi
+  if [[ -n $(ray_node_pids "$dir") ]]; then
+    _ray_err "a Ray node already runs under $dir; stop it first (ray_stop_node $dir) or use another TEMP_DIR"
+    return 1
+  fi
+  local i rc reason="" agent_port client_port deadline
+  for ((i = 1; i <= tries; i++)); do
+    # `ray start --address` at a head that does not answer retries for minutes: knock first.
+    if ! _ray_tcp_open "${head%:*}" "${head##*:}"; then
+      reason="nothing answers at $head yet"
+    elif _ray_ports_free "METRICS_PORT=$metrics_port" 2>/dev/null; then
+      rc=0
+      agent_port=$(pick_free_port "$metrics_port") && client_port=$(pick_free_port "$metrics_port" "$agent_port") || return 1
+      deadline=$((EPOCHSECONDS + ${RAY_START_TIMEOUT:-90}))
+      _ray_run_start "$dir" "$node_ip" --address="$head" --num-cpus=0 --metrics-export-port="$metrics_port" \
+        --dashboard-agent-listen-port="$agent_port" --ray-client-server-port="$client_port" || rc=$?
+      if ((rc == 0)) && _ray_wait_listening "$deadline" "$dir"; then
+        return 0
+      fi
+      if ((rc == 124 || rc == 137)); then
+        reason="ray start took longer than ${RAY_START_TIMEOUT:-90} s"
+      elif ((rc != 0)); then
+        reason=$(_ray_start_reason "$dir/ray_start.log")
+      else
+        reason="the raylet did not come up"
+      fi
+      ray_stop_node "$dir" 0 >/dev/null 2>&1
+    else
+      reason="port $metrics_port (METRICS_PORT) is already in use on this machine"
+    fi
+    if ((i < tries)); then
+      echo "ray_cluster: joining $head failed (attempt $i/$tries: $reason); retrying in $delay s" >&2
+      sleep "$delay"
+    fi
+  done
+  local more=""
+  [[ -s $dir/ray_start.log ]] && more=" (last ray start output: $dir/ray_start.log)"
+  _ray_err "could not join the Ray head at $head after $tries attempts: $reason; check that the head runs and $node_ip can reach it$more"
+  return 1
+}
+
+# Prints "<pid> <ppid> <sid>" for every process, read from /proc/<pid>/stat (the part after the command name).
+_ray_proc_table() {
+  local stat line pid ppid sid
+  for stat in /proc/[0-9]*/stat; do
+    read -r line 2>/dev/null <"$stat" || continue
+    pid=${line%% *}
+    # after "(comm) ": state ppid pgrp session ...
+    read -r _ ppid _ sid _ <<<"${line##*) }"
+    echo "$pid $ppid $sid"
+  done
+}
+
+# True when the NUL-separated command line in file $1 has an option whose value is directory $2 or a path
+# under it (--temp-dir=DIR, --log_dir=DIR/..., --session-dir=DIR/...): how Ray's own processes name it. A
+# shell or `tail` that merely mentions the path does not count.
+_ray_cmdline_names() {
+  local arg dir=$2
+  while IFS= read -r -d '' arg; do
+    case $arg in
+      --*="$dir" | --*="$dir"/*) return 0 ;;
+    esac
+  done 2>/dev/null <"$1"
+  return 1
+}
+
+ray_node_pids() {
+  local dir=${1:?ray_node_pids needs TEMP_DIR}
+  dir=${dir%/}
+  local line self_sid pid ppid sid f row
+  local -A seed=() sessions=() children=() chosen=() mine=()
+  local -a table=()
+  mapfile -t table < <(_ray_proc_table)
+  for row in "${table[@]}"; do
+    read -r pid ppid sid <<<"$row"
+    children[$ppid]+=" $pid"
+  done
+  # This shell and its ancestors are never part of the node, whatever their command lines say.
+  pid=$BASHPID
+  while [[ -n $pid && $pid != 0 && -z ${mine[$pid]:-} ]]; do
+    mine[$pid]=1
+    read -r line 2>/dev/null </proc/"$pid"/stat || break
+    read -r _ pid _ <<<"${line##*) }"
+  done
+  mine[$$]=1
+  read -r line </proc/"$BASHPID"/stat
+  read -r _ _ _ self_sid _ <<<"${line##*) }"
+  for f in /proc/[0-9]*/cmdline; do
+    pid=${f#/proc/} pid=${pid%/cmdline}
+    [[ -z ${mine[$pid]:-} ]] && _ray_cmdline_names "$f" "$dir" && seed[$pid]=1
+  done
+  local -a queue=("${!seed[@]}")
+  for row in "${table[@]}"; do
+    read -r pid ppid sid <<<"$row"
+    # The session of a seed is the node's own when its leader is gone (the setsid'd `ray start` exited) or is
+    # a seed itself; never the caller's, nor one led by, e.g., a login shell.
+    if [[ -n ${seed[$pid]:-} && $sid != "$self_sid" && $sid != 0 && -z ${mine[$sid]:-} ]] &&
+      [[ ! -e /proc/$sid || -n ${seed[$sid]:-} ]]; then
+      sessions[$sid]=1
+    fi
+  done
+  for row in "${table[@]}"; do
+    read -r pid ppid sid <<<"$row"
+    [[ -n ${sessions[$sid]:-} ]] && queue+=("$pid")
+  done
+  while ((${#queue[@]})); do
+    pid=${queue[0]}
+    queue=("${queue[@]:1}")
+    [[ -n ${chosen[$pid]:-} || -n ${mine[$pid]:-} ]] && continue
+    chosen[$pid]=1
+    # shellcheck disable=SC2206 # a space-separated list of PIDs
+    [[ -n ${children[$pid]:-} ]] && queue+=(${children[$pid]})
+  done
+  ((${#chosen[@]})) && printf '%s\n' "${!chosen[@]}" | sort -n
+  return 0
+}
+
+# Prints those of the PIDs that still exist and are not zombies.
+_ray_alive() {
+  local pid state line
+  for pid in "$@"; do
+    read -r line 2>/dev/null </proc/"$pid"/stat || continue
+    state=${line##*) } state=${state%% *}
+    [[ $state == Z ]] || echo "$pid"
+  done
+}
+
+# True when every PID given is Ray's GCS server or autoscaler monitor (processes that outlive TERM).
+_ray_only_term_ignorers() {
+  local pid exe cmd
+  for pid in "$@"; do
+    exe=$(readlink "/proc/$pid/exe" 2>/dev/null) || continue
+    [[ ${exe##*/} == gcs_server ]] && continue
+    cmd=$(tr '\0' ' ' 2>/dev/null <"/proc/$pid/cmdline")
+    [[ $cmd == *"/ray/autoscaler/_private/monitor.py"* ]] && continue
+    return 1
+  done
+  return 0
+}
+
+ray_stop_node() {
+  local dir=${1:-} grace=${2:-${RAY_STOP_GRACE:-5}}
+  if [[ -z $dir ]]; then
+    _ray_err "ray_stop_node needs TEMP_DIR (the --temp-dir of the node to stop)"
+    return 2
+  fi
+  if [[ ! $grace =~ ^[0-9]+([.][0-9]+)?$ ]]; then
+    _ray_err "GRACE '$grace' is not a number of seconds; use e.g. 5"
+    return 2
+  fi
+  local -a pids=() first=() left=()
+  local pid round end
+  mapfile -t pids < <(ray_node_pids "$dir")
+  ((${#pids[@]})) || return 0
+  # TERM all but the GCS server and the autoscaler monitor: the raylet unregisters from the GCS on TERM and
+  # hangs for seconds when the GCS is already gone, while those two ignore TERM (measured, Ray 2.60). With the
+  # GCS still up, everything else is gone within ~0.1 s; then the two are KILLed (they hold nothing to save).
+  for pid in "${pids[@]}"; do _ray_only_term_ignorers "$pid" || first+=("$pid"); done
+  if ((${#first[@]})); then
+    kill -TERM "${first[@]}" 2>/dev/null
+    end=$(awk -v g="$grace" 'BEGIN { print int(g * 20) }')
+    for ((round = 0; round < end; round++)); do
+      mapfile -t left < <(_ray_alive "${first[@]}")
+      ((${#left[@]})) || break
+      sleep 0.05
+    done
+  fi
+  # KILL what is left, and anything of the node that appeared meanwhile; twice, for late forks.
+  for round in 1 2; do
+    mapfile -t left < <({ _ray_alive "${pids[@]}"; ray_node_pids "$dir"; } | sort -un)
+    ((${#left[@]})) || return 0
+    kill -KILL "${left[@]}" 2>/dev/null
+    pids=("${left[@]}")
+    for ((end = 0; end < 40; end++)); do
+      mapfile -t left < <(_ray_alive "${pids[@]}")
+      ((${#left[@]})) || break
+      sleep 0.05
+    done
+  done
+  mapfile -t left < <({ _ray_alive "${pids[@]}"; ray_node_pids "$dir"; } | sort -un)
+  if ((${#left[@]})); then
+    _ray_err "processes of the Ray node in $dir survived KILL: ${left[*]}; check them with ps -fp ${left[0]}"
+    return 1
+  fi
+}
+
+ray_save_logs() {
+  local dir=${1:-} dest=${2:-} logs
+  if [[ -z $dir || -z $dest ]]; then
+    _ray_err "ray_save_logs needs TEMP_DIR DEST_DIR"
+    return 2
+  fi
+  logs=$dir/session_latest/logs
+  if [[ ! -d $logs && ! -f $dir/ray_start.log ]]; then
+    _ray_err "no Ray session logs in $logs; was a Ray node started with --temp-dir $dir?"
+    return 1
+  fi
+  mkdir -p "$dest" || { _ray_err "cannot create $dest; check that it is writable"; return 1; }
+  # A start that failed early has only the output of `ray start`.
+  local ok=1
+  if [[ -f $dir/ray_start.log ]]; then cp "$dir/ray_start.log" "$dest"/ 2>/dev/null || ok=0; fi
+  if [[ -d $logs ]]; then cp -R "$logs"/. "$dest"/ 2>/dev/null || ok=0; fi
+  if ((!ok)); then
+    _ray_err "copying the Ray logs of $dir to $dest failed (disk full or not writable?); they stay in $dir until it is removed"
+    return 1
+  fi
+}
