@@ -7,6 +7,8 @@
 # Environment layering, last wins: train_env.sh -> configs/<model>.env.sh -> _env_KEY=VALUE args.
 # Exports OUTPUT_PATH, MaxText's base_output_directory: the job dir, or <workspace>/<alias or model> when
 # enable_checkpointing=true is on the command line, so that a rerun of the same alias resumes.
+# RAY=1 runs training under utils/observability.sh (metrics exporter, Ray, Prometheus, TensorBoard) instead of
+# exec'ing it; training's exit status is kept.
 set -euo pipefail
 [[ -n ${_DEBUG:-} ]] && set -x
 
@@ -111,7 +113,15 @@ main() {
   echo "[_train] node $NODE_RANK/$NNODES: OUTPUT_PATH=$OUTPUT_PATH"
   echo "[_train] XLA_FLAGS=$XLA_FLAGS"
   echo "[_train] $python -m jobkit.launch configs/$MODEL_NAME.yml ${defaults[*]} ${MAXTEXT_ARGS[*]}"
-  exec "$python" -u -m jobkit.launch "$config" "${defaults[@]}" "${MAXTEXT_ARGS[@]}"
+  local -a train_cmd=("$python" -u -m jobkit.launch "$config" "${defaults[@]}" "${MAXTEXT_ARGS[@]}")
+  if [[ ${RAY:-0} =~ ^(1|true|yes)$ ]]; then
+    # shellcheck source=utils/observability.sh
+    source "$SCRIPT_DIR/utils/observability.sh"
+    local rc=0
+    OBS_PYTHON=$(command -v "$python") run_with_observability "${train_cmd[@]}" || rc=$?
+    exit "$rc"
+  fi
+  exec "${train_cmd[@]}"
 }
 
 main "$@"

@@ -94,7 +94,7 @@ main() {
   exec > >(trap '' INT TERM; exec tee -a "$log_file") 2>&1
   local tee_pid=$!
   print_job_header JOB_ID JOB_NAME NNODES JOB_NODELIST MODEL_NAME MODEL_NAME_ALIAS EXP_TAG PASSTHROUGH_ARGS \
-    JOB_WORKSPACE CONTAINER_RUNTIME
+    JOB_WORKSPACE CONTAINER_RUNTIME RAY
   echo "[run_local] log: $log_file"
 
   local start=$SECONDS rc=0 cancelled=0 train_pid killer_pid=""
