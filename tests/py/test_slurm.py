@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from job_observation import header, live_processes_of
+from prom_query import View, free_port
 
 from slurm_cluster import local_cluster  # noqa: F401  (the session fixture)
 
@@ -178,3 +179,39 @@ def test_sbatch_rejecting_an_argument_shows_its_message_and_leaves_nothing(slurm
     workspace = Path(slurm_env["JOB_WORKSPACE"])
     assert not (workspace / ".artifacts").exists() or not any((workspace / ".artifacts").iterdir())
     assert not list(workspace.glob("*-JAX-*"))
+
+
+def test_two_node_ray_job_lands_both_hosts_in_one_tsdb(slurm_env):
+    """RAY=1 on two Slurm nodes: one Ray cluster, both exporters scraped by rank 0's Prometheus, every step."""
+    steps = 10
+    result = submit(slurm_env, "tiny", "-N", "2", "--", f"steps={steps}",
+                    extra_env={"RAY": "1", "EXPORTER_INTERVAL": "2", "TENSORBOARD": "0"})
+    assert result.returncode == 0, result.stderr
+    job_id = job_id_of(result)
+    log = log_of(result)
+    state, text = wait_for_end(slurm_env, job_id, log, timeout=480)
+    assert "Status: SUCCESS (exit 0)" in text, text[-4000:]
+    assert header(text)["RAY"] == "1"
+    assert re.search(r"\[ray_launch\] node 10\.77\.0\.\d+ rank 1: started pid", text), text[-4000:]
+    assert "training without Ray" not in text
+    assert sorted({int(m.group(2)) for m in STEP_RE.finditer(text)}) == list(range(steps))
+
+    job_dir = Path(slurm_env["JOB_WORKSPACE"]) / log.name.removesuffix(".log")
+    for host in ("node1", "node2"):
+        assert any((job_dir / "ray_logs" / host).rglob("raylet.out")), host
+        assert (job_dir / "metrics_exporter" / f"{host}.log").stat().st_size > 0, host
+    deadline = time.monotonic() + 30
+    while live_processes_of(job_id) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not live_processes_of(job_id)
+
+    with View(job_dir, free_port()) as view:
+        at = log.stat().st_mtime + 30
+        up = view.query('max_over_time(up{job="exporters"}[1h])', at)
+        assert {s["metric"]["host"]: s["value"][1] for s in up} == {"node1": "1", "node2": "1"}, up
+        procs = view.query("count by (host) (count_over_time(hw_procs_running[1h]))", at)
+        assert {s["metric"]["host"] for s in procs} == {"node1", "node2"}, procs
+        ray_nodes = view.query("count by (host) (count_over_time(ray_node_cpu_count[1h]))", at)
+        assert {s["metric"]["host"] for s in ray_nodes} == {"node1", "node2"}, ray_nodes
+        loss = view.query("count_over_time(tb_learning_loss[1h])", at)
+        assert [(s["metric"]["host"], s["value"][1]) for s in loss] == [("node1", str(steps))], loss
