@@ -6,7 +6,9 @@ with (each node's training environment: NODE_RANK and friends), minus what Ray a
 variable, OMP_NUM_THREADS, PYTHONBREAKPOINT, the py-spy shim on PATH, ...), plus PYTHONUNBUFFERED=1. The
 command's stdout and stderr, merged, come back to the driver line by line and are written to the driver's stdout
 exactly as the command wrote them (no Ray prefix), flushed as they arrive; whole lines are never mixed between
-nodes.
+nodes. Unless that node's `ray start` ran with JOBKIT_OUTPUT_SINK=PATH (e.g. /proc/<pid>/fd/1 of the shell that
+started the node's part of the job): then the command writes straight to PATH, with no cost per line, and under
+Slurm its lines carry that node's own task prefix as they would without Ray.
 
 Options:
   --address HOST:PORT|auto   the Ray cluster (GCS address; default auto = RAY_ADDRESS or the local one)
@@ -16,6 +18,9 @@ Options:
   --failure-grace S          once one node failed, seconds the others get to end by themselves before they
                              are stopped too (default 30; a multi-node job cannot go on without a node)
   --connect-timeout S        how long ray.init may take (default 60; it otherwise retries for minutes)
+  --ready-file PATH          start while the cluster is still coming up: import Ray, then wait (at most
+                             --connect-timeout) until PATH holds the status of the head's start; 0 goes on,
+                             anything else exits EXIT_UNREACHABLE (saves the ~2 s import on the way to training)
 
 Exit status: 0 when every node's command exited 0; else the status of the first failing node in rank order
 (NODE_RANK from that node's environment, else node index; the head's node is index 0), 128+N for a command
@@ -44,6 +49,9 @@ import threading
 import time
 
 EXIT_UNREACHABLE = 75
+# Set in a node's `ray start` environment: where that node's command writes its output directly (a path to
+# open for writing), bypassing the stream through Ray and the driver; not passed on to the command.
+OUTPUT_SINK_VAR = "JOBKIT_OUTPUT_SINK"
 EXIT_USAGE = 2
 PREFIX = "[ray_launch]"
 NAMESPACE = "jobkit"
@@ -121,6 +129,17 @@ def child_env(environ: dict[str, str], node_env: dict[str, str] | None, cwd: str
     return env
 
 
+def _open_sink(path: str | None) -> int | None:
+    """A write descriptor on the node's output sink (e.g. /proc/<pid>/fd/1 of the shell that launched this
+    node's part of the job, whose stdout is the job log there), or None to stream through the driver."""
+    if not path:
+        return None
+    try:
+        return os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
+    except OSError:
+        return None
+
+
 def _read_environ(pid: int) -> dict[str, str] | None:
     try:
         with open(f"/proc/{pid}/environ", "rb") as f:
@@ -184,18 +203,22 @@ class NodeRunner:
         if node_env is None:
             node_env = _read_environ(os.getppid())
         env = child_env(dict(os.environ), node_env, cwd)
+        sink = _open_sink((node_env or {}).get(OUTPUT_SINK_VAR))
+        env.pop(OUTPUT_SINK_VAR, None)
         try:
             self.proc = subprocess.Popen(
                 cmd,
                 cwd=cwd,
                 env=env,
                 stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
+                stdout=subprocess.PIPE if sink is None else sink,
                 stderr=subprocess.STDOUT,
                 close_fds=True,
                 **_own_group(),
             )
         except OSError as exc:
+            if sink is not None:
+                os.close(sink)
             code = 127 if isinstance(exc, FileNotFoundError) else 126 if isinstance(exc, PermissionError) else 1
             self.start_code = code
             return {"pid": None, "error": f"cannot start {cmd[0]!r} in {cwd}: {_one_line(exc)} (exit {code})"}
@@ -216,6 +239,8 @@ class NodeRunner:
             self.watchdog = starter.stdin
         except (OSError, subprocess.SubprocessError):
             self.watchdog = None
+        if sink is not None:
+            os.close(sink)  # the command holds it now
         return {"pid": self.proc.pid, "error": None}
 
     def stream(self):
@@ -225,6 +250,14 @@ class NodeRunner:
         proc = self.proc
         if proc is None:
             yield {"code": self.start_code, "quiet": True}
+            return
+        if proc.stdout is None:  # the command writes to the node's own output sink: only wait for it
+            while not _exited(proc):
+                time.sleep(0.2)
+            self._killpg(signal.SIGKILL)
+            code = proc.wait()
+            self._release_watchdog()
+            yield {"code": code}
             return
         lines: queue.Queue = queue.Queue()
 
@@ -354,7 +387,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         prog="python -m jobkit.ray_launch",
         description="Run CMD on every node of a Ray cluster, output streamed back unchanged.",
         usage="%(prog)s [--address HOST:PORT|auto] [--nodes N] [--nodes-timeout S] [--grace S] "
-        "[--failure-grace S] [--connect-timeout S] -- CMD ARGS...",
+        "[--failure-grace S] [--connect-timeout S] [--ready-file PATH] -- CMD ARGS...",
     )
     parser.add_argument("--address", default="auto")
     parser.add_argument("--nodes", type=int, default=1)
@@ -362,6 +395,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--grace", type=float, default=5.0)
     parser.add_argument("--failure-grace", type=float, default=30.0)
     parser.add_argument("--connect-timeout", type=float, default=60.0)
+    parser.add_argument("--ready-file")
     args = parser.parse_args(opts)
     if not cmd:
         parser.error("no command: put it after '--', e.g. -- bash _train.sh")
@@ -453,6 +487,20 @@ class Driver:
             self.failed_at = time.monotonic()
         self.done.set()
 
+    def wait_ready_file(self, path: str, timeout: float) -> str | None:
+        """The stripped content of PATH once it is there (None after TIMEOUT or a signal)."""
+        deadline = time.monotonic() + timeout
+        while not self.signal:
+            try:
+                with open(path) as f:
+                    return f.read().strip()
+            except FileNotFoundError:
+                pass
+            if time.monotonic() > deadline:
+                return None
+            self.stopped.wait(0.1)
+        return None
+
     def run(self) -> int:
         args = self.args
         address = args.address
@@ -469,6 +517,12 @@ class Driver:
             _say(f"cannot reach the Ray cluster at {address}: ray is not importable ({_one_line(exc)}); "
                  "pip install 'ray[default]'")
             return EXIT_UNREACHABLE
+        if args.ready_file:
+            status = self.wait_ready_file(args.ready_file, args.connect_timeout)
+            if status != "0":
+                _say(f"the Ray head did not start ({'no status' if status is None else 'status ' + status} in "
+                     f"{args.ready_file}): not starting the command")
+                return 128 + self.signal if self.signal else EXIT_UNREACHABLE
         if address != "auto":
             why = _probe(address)
             if why:

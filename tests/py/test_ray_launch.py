@@ -338,3 +338,51 @@ def test_save_logs_copies_the_session_logs(cluster, tmp_path):
     assert proc.returncode == 0, proc.stderr
     names = {p.name for p in dest.iterdir()}
     assert {"raylet.out", "gcs_server.out"} <= names, sorted(names)
+
+
+def test_output_sink_takes_the_commands_output_directly(monkeypatch, tmp_path):
+    sink = tmp_path / "job.log"
+    sink.write_text("before\n")
+    node = {**os.environ, ray_launch.OUTPUT_SINK_VAR: str(sink), MARKER[0]: MARKER[1]}
+    monkeypatch.delenv("RAY_RAYLET_PID", raising=False)
+    monkeypatch.setenv(*MARKER)
+    monkeypatch.setattr(ray_launch, "_read_environ", lambda pid: node)
+    runner = ray_launch.NodeRunner(0)
+    started = runner.start(["bash", "-c", f'echo "out ${{{MARKER[0]}}}"; echo "sink=${{{ray_launch.OUTPUT_SINK_VAR}:-}}"; '
+                                          "echo err >&2; exit 4"], str(tmp_path))
+    assert started["error"] is None
+    events = list(runner.stream())
+    assert events == [{"code": 4}], "with a sink nothing is streamed, only the exit status comes back"
+    # Appended after what was there, stderr merged, and the variable does not reach the command.
+    assert sink.read_text() == f"before\nout {MARKER[1]}\nsink=\nerr\n"
+
+
+def test_unusable_output_sink_falls_back_to_streaming(monkeypatch, tmp_path):
+    node = {**os.environ, ray_launch.OUTPUT_SINK_VAR: str(tmp_path / "missing" / "log")}
+    monkeypatch.delenv("RAY_RAYLET_PID", raising=False)
+    monkeypatch.setattr(ray_launch, "_read_environ", lambda pid: node)
+    runner = ray_launch.NodeRunner(0)
+    assert runner.start(["echo", "streamed"], str(tmp_path))["error"] is None
+    events = list(runner.stream())
+    assert events[-1]["code"] == 0
+    assert b"".join(events[:-1]) == b"streamed\n", "a sink that cannot be opened must not lose the output"
+
+
+def test_ready_file_with_a_failed_head_status_never_starts_the_command(cluster, tmp_path):
+    ready = tmp_path / "head.rc"
+    ready.write_text("1\n")
+    rc, out, err = run(cluster, "touch", str(tmp_path / "ran"), opts=("--ready-file", str(ready)))
+    assert (rc, out) == (75, b""), err
+    assert "the Ray head did not start (status 1 in" in err
+    assert not (tmp_path / "ran").exists()
+
+
+def test_ready_file_written_later_lets_the_command_run(cluster, tmp_path):
+    ready = tmp_path / "head.rc"
+    proc = launch(cluster, "touch", str(tmp_path / "ran"), opts=("--ready-file", str(ready)))
+    time.sleep(1.5)
+    assert proc.poll() is None, "the driver must wait for the head's status"
+    ready.write_text("0\n")
+    _out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err.decode()
+    assert (tmp_path / "ran").exists()
