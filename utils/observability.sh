@@ -21,6 +21,8 @@
 #   RAY_JOIN_TRIES / RAY_JOIN_DELAY   a worker's attempts to join the head (default 12, 5 s apart)
 #   RAY_NODES_TIMEOUT   seconds rank 0 waits for all nodes to join (default 120)
 #   OBS_PYTHON          interpreter for the tools (default: python3 on PATH)
+#   OBS_NICE            niceness of the exporter (and its plugins), Prometheus and TensorBoard (default 10), so
+#                       that training wins the CPU when a node is busy. Ray keeps 0: training runs under it.
 #
 # State shared with the teardown lives in variables named _OBS_*; nothing else is global.
 
@@ -82,7 +84,7 @@ _obs_start_exporter() {
   local log=$_OBS_JOB_PATH/metrics_exporter/$_OBS_HOST.log
   mkdir -p "$_OBS_JOB_PATH/metrics_exporter" "$_OBS_JOB_PATH/prometheus/targets/ray"
   # Its own process group, so that teardown stops the watchdog, engine and plugins together.
-  setsid "$_OBS_DIR/metrics_exporter.sh" --watchdog --address "$_OBS_IP" --port "${EXPORTER_PORT:-9500}" \
+  nice -n "$_OBS_NICE" setsid "$_OBS_DIR/metrics_exporter.sh" --watchdog --address "$_OBS_IP" --port "${EXPORTER_PORT:-9500}" \
     --interval "${EXPORTER_INTERVAL:-10}" --sd-dir "$_OBS_JOB_PATH/prometheus/targets" </dev/null >>"$log" 2>&1 &
   _OBS_EXPORTER_PID=$!
   _obs_log "metrics exporter started (pid $_OBS_EXPORTER_PID, log $log)"
@@ -104,6 +106,7 @@ _obs_start_prometheus() {
   fi
   if port=$(PROMETHEUS_PORT=${PROMETHEUS_PORT:-9190} prometheus_start "$_OBS_JOB_PATH" 2>"$_OBS_STATE/prometheus.err"); then
     _OBS_PROM_PORT=$port
+    renice -n "$_OBS_NICE" -p "$(<"$_OBS_JOB_PATH/prometheus/prometheus.pid")" >/dev/null 2>&1 || true
     _obs_log "Prometheus on 127.0.0.1:$port, TSDB $_OBS_JOB_PATH/prometheus"
   else
     _obs_log "metrics are off: $(tail -n 1 "$_OBS_STATE/prometheus.err") (training goes on)"
@@ -118,7 +121,7 @@ _obs_start_tensorboard() {
     return 0
   fi
   port=$(_obs_port_from "${TENSORBOARD_PORT:-6006}") || { _obs_log "no free port from ${TENSORBOARD_PORT:-6006}: TensorBoard skipped"; return 0; }
-  setsid "$_OBS_PYTHON" -m tensorboard.main --logdir "$OUTPUT_PATH" --host 127.0.0.1 --port "$port" \
+  nice -n "$_OBS_NICE" setsid "$_OBS_PYTHON" -m tensorboard.main --logdir "$OUTPUT_PATH" --host 127.0.0.1 --port "$port" \
     </dev/null >>"$log" 2>&1 &
   _OBS_TB_PID=$! _OBS_TB_PORT=$port
   _obs_log "TensorBoard on 127.0.0.1:$port (pid $_OBS_TB_PID, log $log)"
@@ -149,29 +152,31 @@ _obs_print_tunnels() {
   echo "========================================================"
 }
 
-# Rank 0: Ray head (in the background, it takes seconds), Prometheus and TensorBoard meanwhile.
-_obs_start_head() {
-  local ray_rc_file=$_OBS_STATE/ray_head.rc ray_pid
-  RAY_PORT=${RAY_PORT:-$(pick_free_port)} || return 1
+# Rank 0: starts the Ray head in the background (it takes seconds); its status lands in $_OBS_RAY_RC_FILE.
+_obs_start_head_async() {
+  local rc_file=$_OBS_RAY_RC_FILE
+  RAY_PORT=${RAY_PORT:-$(pick_free_port)} || { echo 1 >"$rc_file"; return 1; }
   _OBS_DASH_PORT=$(_obs_port_from "${RAY_DASHBOARD_PORT:-8265}") || _OBS_DASH_PORT=${RAY_DASHBOARD_PORT:-8265}
   (
     rc=0
-    ray_start_head "$_OBS_RAY_TMP" "$_OBS_IP" "$RAY_PORT" "$_OBS_DASH_PORT" "$_OBS_RAY_METRICS_PORT" || rc=$?
-    echo "$rc" >"$ray_rc_file"
+    JOBKIT_OUTPUT_SINK=$_OBS_OUTPUT_SINK \
+      ray_start_head "$_OBS_RAY_TMP" "$_OBS_IP" "$RAY_PORT" "$_OBS_DASH_PORT" "$_OBS_RAY_METRICS_PORT" || rc=$?
+    echo "$rc" >"$rc_file.tmp" && mv -f "$rc_file.tmp" "$rc_file"
   ) &
-  ray_pid=$!
-  _obs_start_prometheus
-  _obs_start_tensorboard
-  wait "$ray_pid" 2>/dev/null
-  [[ $(cat "$ray_rc_file" 2>/dev/null) == 0 ]]
+  _OBS_RAY_HEAD_PID=$!
 }
 
-# Rank 0 runs training through Ray; prints nothing itself, returns training's status.
-_obs_run_driver() {
-  local rc
+# Rank 0: the driver (py/jobkit/ray_launch.py), started while the head still comes up: it imports Ray
+# meanwhile and connects once the head's status file says 0 (else it exits OBS_RAY_UNREACHABLE_RC).
+_obs_start_driver() {
   "$_OBS_PYTHON" -m jobkit.ray_launch --address "$_OBS_IP:$RAY_PORT" --nodes "$NNODES" \
-    --nodes-timeout "${RAY_NODES_TIMEOUT:-120}" -- "$@" &
+    --nodes-timeout "${RAY_NODES_TIMEOUT:-120}" --ready-file "$_OBS_RAY_RC_FILE" -- "$@" &
   _OBS_CHILD_PID=$!
+}
+
+# Returns the status of the child started last (the driver or plain training), across trapped signals.
+_obs_wait_child() {
+  local rc
   _obs_wait "$_OBS_CHILD_PID" && rc=0 || rc=$?
   _OBS_CHILD_PID=""
   return "$rc"
@@ -250,9 +255,16 @@ run_with_observability() {
   # Short on purpose: Ray's socket paths under it must fit in 107 bytes.
   _OBS_RAY_TMP=/tmp/mxray-$(printf '%s' "${JOB_ID:-$$}" | cksum | cut -d' ' -f1)-${NODE_RANK:-0}
   _OBS_PYTHON=${OBS_PYTHON:-$(command -v python3)}
+  _OBS_NICE=${OBS_NICE:-10}
   _OBS_CANCELLED=0 _OBS_CHILD_PID="" _OBS_RAY_STARTED="" _OBS_PROM_PORT="" _OBS_TB_PORT="" _OBS_TB_PID=""
   _OBS_EXPORTER_PID="" _OBS_RAY_SD_FILE=""
   _OBS_STATE=$(mktemp -d "${TMPDIR:-/tmp}/obs.XXXXXX")
+  _OBS_RAY_RC_FILE=$_OBS_STATE/ray_head.rc _OBS_RAY_HEAD_PID=""
+  # Training started by this node's Ray actor writes here, this shell's own stdout (the job log, through
+  # srun's per-task prefix under Slurm), instead of streaming every line through Ray to rank 0.
+  # Only a pipe or a terminal: a regular file's shared offset would let the shell's writes overwrite the child's.
+  _OBS_OUTPUT_SINK=""
+  [[ -p /dev/stdout || -t 1 ]] && _OBS_OUTPUT_SINK=/proc/$$/fd/1
   mkdir -p "$_OBS_RAY_SHARED"
 
   if ! _OBS_IP=$(detect_cluster_ip 2>"$_OBS_STATE/ip.err") && ((NNODES == 1)); then
@@ -275,22 +287,23 @@ run_with_observability() {
     use_ray=0
   fi
   if ((NODE_RANK == 0)); then
-    if ((use_ray)) && _obs_start_head; then
-      _OBS_RAY_STARTED=1
-      _obs_publish_ray_metrics
-      _obs_print_tunnels
-    elif ((use_ray)); then
-      _OBS_RAY_STARTED=1 # a half-started head still has processes to stop
-      _obs_log "[!] Ray cluster failed to start (see above): training without Ray"
-      use_ray=0
-    else
-      _obs_start_prometheus
-      _obs_start_tensorboard
-    fi
-    if ((use_ray)) && ((!_OBS_CANCELLED)); then
-      _obs_run_driver "$@" && rc=0 || rc=$?
+    ((use_ray)) && _obs_start_head_async
+    _obs_start_prometheus
+    _obs_start_tensorboard
+    if ((use_ray)); then
+      _OBS_RAY_STARTED=1 # from here on there may be Ray processes to stop, even of a half-started head
+      _obs_start_driver "$@"
+      _obs_wait "$_OBS_RAY_HEAD_PID"
+      if [[ $(cat "$_OBS_RAY_RC_FILE" 2>/dev/null) == 0 ]]; then
+        _obs_publish_ray_metrics
+        _obs_print_tunnels
+      elif ((!_OBS_CANCELLED)); then
+        _obs_log "[!] Ray cluster failed to start (see above): training without Ray"
+      fi
+      _obs_wait_child && rc=0 || rc=$?
       if ((rc == OBS_RAY_UNREACHABLE_RC)) && ((!_OBS_CANCELLED)); then
-        _obs_log "[!] Ray could not run training on all $NNODES node(s): training without Ray"
+        [[ $(cat "$_OBS_RAY_RC_FILE" 2>/dev/null) == 0 ]] &&
+          _obs_log "[!] Ray could not run training on all $NNODES node(s): training without Ray"
         use_ray=0
       fi
     fi
@@ -302,7 +315,7 @@ run_with_observability() {
     echo "$rc" >"$_OBS_RAY_SHARED/done.tmp" && mv -f "$_OBS_RAY_SHARED/done.tmp" "$_OBS_RAY_SHARED/done"
   else
     if ((use_ray)); then
-      if ray_join_cluster "$_OBS_RAY_TMP" "$_OBS_IP" "${JAX_COORDINATOR_IP:?}:${RAY_PORT:?RAY_PORT is not set for a multi-node RAY=1 job}" \
+      if JOBKIT_OUTPUT_SINK=$_OBS_OUTPUT_SINK ray_join_cluster "$_OBS_RAY_TMP" "$_OBS_IP" "${JAX_COORDINATOR_IP:?}:${RAY_PORT:?RAY_PORT is not set for a multi-node RAY=1 job}" \
         "$_OBS_RAY_METRICS_PORT" "${RAY_JOIN_TRIES:-12}" "${RAY_JOIN_DELAY:-5}"; then
         _OBS_RAY_STARTED=1
         _obs_publish_ray_metrics
