@@ -56,7 +56,10 @@ _CONTAINER_ENV_ALLOWLIST=(
   JAX_COORDINATOR_IP JAX_COORDINATOR_PORT       # rank 0's address (multi-node only)
   MODEL_NAME MODEL_NAME_ALIAS EXP_TAG           # from the MODEL_SPEC
   NODELIST_EXPANDED                             # comma-separated hostnames of the job
-  RAY RAY_PORT                                  # observability switch and port
+  RAY RAY_PORT                                  # observability switch and Ray's GCS port
+  RAY_DASHBOARD_PORT RAY_METRICS_PORT RAY_JOIN_TRIES RAY_JOIN_DELAY RAY_NODES_TIMEOUT   # RAY=1 knobs,
+  PROMETHEUS_PORT TENSORBOARD TENSORBOARD_PORT EXPORTER_PORT EXPORTER_INTERVAL         # see utils/observability.sh
+  CLUSTER_IP SLURM_SUBMIT_HOST                  # this node's address when set by hand; login node for tunnel hints
   STAGE_TIMEOUTS                                # per-stage timeout overrides
   HARDWARE_PEAK_TFLOPS TUNE_PROFILE ENABLE_XLA_DUMP   # training-tier knobs
 )
