@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# Usage: bench/ray_overhead.sh [ROUNDS] [STEPS]
+# Summary: What RAY=1 costs: steady-state TGS and time to the first training step, RAY=1 vs RAY=0, interleaved
+#
+# Runs `run_local.sh tiny -- steps=STEPS` (default 200) ROUNDS times (default 3) with RAY=0 and with RAY=1,
+# alternating, on one warm JAX compile cache, so that machine noise hits both alike. Per run it records:
+#   first step   seconds from starting run_local.sh to the log's "completed step: 0" line (polled every 0.05 s)
+#   TGS          steady-state tokens/s/device over steps 20..STEPS-1 (`python -m jobkit tgs --json`)
+# and prints one table row per round plus the ratios: TGS(RAY=1)/TGS(RAY=0) (goal >= 0.98) and first-step
+# delta RAY=1 - RAY=0 (goal <= 10 s). Not part of CI.
+set -euo pipefail
+[[ -n ${_DEBUG:-} ]] && set -x
+
+REPO_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+case ${1:-} in -h|--help) sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "${BASH_SOURCE[0]}"; exit 0 ;; esac
+ROUNDS=${1:-3} STEPS=${2:-200}
+[[ $ROUNDS =~ ^[1-9][0-9]*$ ]] || { echo "ray_overhead.sh: ROUNDS must be a positive number, got '$ROUNDS'" >&2; exit 2; }
+[[ $STEPS =~ ^[0-9]+$ ]] && ((STEPS >= 40)) || { echo "ray_overhead.sh: STEPS must be a number >= 40, got '$STEPS'" >&2; exit 2; }
+
+"$REPO_DIR/utils/setup_env.sh"
+WORK=$(mktemp -d)
+trap 'rm -rf "$WORK"' EXIT
+export JAX_CACHE_DIR=$WORK/jax_cache CONTAINER_RUNTIME=none
+PY=$REPO_DIR/.venv/bin/python
+
+_now() { date +%s.%N; }
+
+# _run RAY_VALUE NAME: runs one job in its own workspace; prints "<first-step seconds> <steady TGS>".
+_run() {
+  local ray=$1 ws=$WORK/$2 t0 first="" log pid
+  mkdir -p "$ws"
+  t0=$(_now)
+  RAY=$ray JOB_WORKSPACE=$ws "$REPO_DIR/run_local.sh" tiny -- "steps=$STEPS" >/dev/null 2>&1 &
+  pid=$!
+  # Polls only until the first step: polling on would take CPU from the steps being measured.
+  while [[ -z $first ]] && kill -0 "$pid" 2>/dev/null; do
+    log=$(compgen -G "$ws/*.log" | head -n 1 || true)
+    if [[ -n $log ]] && grep -q 'completed step: 0,' "$log"; then
+      first=$(awk -v a="$t0" -v b="$(_now)" 'BEGIN { printf "%.2f", b - a }')
+    fi
+    sleep 0.05
+  done
+  log=$(compgen -G "$ws/*.log" | head -n 1 || true)
+  if ! wait "$pid"; then
+    local kept
+    kept=$(mktemp "${TMPDIR:-/tmp}/ray_overhead-failed.XXXXXX")
+    cat "$log" >"$kept" 2>/dev/null || true
+    echo "ray_overhead.sh: the RAY=$ray run failed; its log is kept in $kept" >&2
+    exit 1
+  fi
+  PYTHONPATH=$REPO_DIR/py "$PY" -m jobkit tgs --json --steady "20:$((STEPS - 1))" "$log" |
+    "$PY" -c 'import json,sys; print(sys.argv[1], json.load(sys.stdin)["windows"]["steady"]["tgs"]["mean"])' "${first:-nan}"
+}
+
+_run 0 warmup >/dev/null # fills the compile cache so that no measured run pays for the first compile
+printf '%-6s %14s %14s %10s %12s %12s %10s\n' round "TGS RAY=0" "TGS RAY=1" "TGS ratio" "1st step 0" "1st step 1" "delta (s)"
+sum_ratio=0 sum_delta=0
+for ((i = 1; i <= ROUNDS; i++)); do
+  read -r f0 t0 < <(_run 0 "r$i-ray0")
+  read -r f1 t1 < <(_run 1 "r$i-ray1")
+  ratio=$(awk -v a="$t1" -v b="$t0" 'BEGIN { printf "%.3f", a / b }')
+  delta=$(awk -v a="$f1" -v b="$f0" 'BEGIN { printf "%.2f", a - b }')
+  sum_ratio=$(awk -v s="$sum_ratio" -v r="$ratio" 'BEGIN { print s + r }')
+  sum_delta=$(awk -v s="$sum_delta" -v d="$delta" 'BEGIN { print s + d }')
+  printf '%-6s %14.0f %14.0f %10s %12s %12s %10s\n' "$i" "$t0" "$t1" "$ratio" "$f0" "$f1" "$delta"
+done
+printf '%-6s %14s %14s %10.3f %12s %12s %10.2f\n' mean "" "" "$(awk -v s="$sum_ratio" -v n="$ROUNDS" 'BEGIN { print s / n }')" \
+  "" "" "$(awk -v s="$sum_delta" -v n="$ROUNDS" 'BEGIN { print s / n }')"
+echo "goals: TGS ratio >= 0.98, first-step delta <= 10 s; steps=$STEPS, steady window 20..$((STEPS - 1)), $(nproc) CPUs"
