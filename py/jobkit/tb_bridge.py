@@ -18,8 +18,9 @@ serve (started by utils/tb_metrics_plugin.sh, one per job and host)
   name-embedded creation time is before --since are ignored). While there is none it looks again every 2 s
   in the usual places (``DIR/*/tensorboard/**``, where MaxText writes: ``<base_output_directory>/<run_name>/
   tensorboard/<run_name>/``) and walks the whole tree every 30 s (every 10 s / 120 s after 5 minutes). Once
-  found, the file is read with TensorBoard's own loader, which keeps its offset: each poll costs one stat() of
-  the file, and reads only the bytes written since the last poll. Once a minute the usual places are looked
+  found, the file is read incrementally (TensorBoard's Event protos, the file's offset kept): each poll costs
+  one stat() of the file, and reads only the bytes written since the last poll, in one read. A record whose
+  length CRC is wrong ends the reading of that file (logged once); record CRCs are checked by the backfill. Once a minute the usual places are looked
   at again: a newer event file (training restarted within the job) replaces the current one. After each poll
   that found new scalars, FILE is replaced atomically (write FILE.tmp.<pid>, rename) with exposition text:
   per tag the newest value with its event's timestamp, ``tb_step``, and ``tb_metrics_plugin_staleness_fill 0``
@@ -47,7 +48,7 @@ backfill (after the job's Prometheus has stopped)
   OpenMetrics text instead of touching the TSDB.
 
 Errors are one line on stderr (``tb_bridge: ...``), exit status 1; bad arguments exit 2.
-TensorFlow is never imported: TensorBoard's loader is pinned to its stub (a TF import costs seconds and memory
+TensorFlow is never imported: TensorBoard's compat layer is pinned to its stub (a TF import costs seconds and memory
 on the training node).
 """
 
@@ -62,6 +63,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import struct
 import sys
 import tempfile
 import time
@@ -126,19 +128,69 @@ def _short_host():
 
 
 # ---- reading event files ----------------------------------------------------------------------------------
-_LOADER = None
+# The TFRecord framing of an event file: u64 length, masked CRC-32C of those 8 bytes, the record, its masked
+# CRC-32C (little endian). TensorBoard's own TF-free loader reads each record with four buffered reads and a
+# per-byte Python CRC (~30 us a record: 3% of a core for a model doing 125 steps/s with 18 scalars); reading the
+# new bytes in one go costs a fraction of that. Records are still TensorBoard's Event protos, the CRCs its own.
+_HEADER = struct.Struct("<QI")
+_CRC = struct.Struct("<I")
+_CHUNK = 8 << 20
+_PROTO = None
 
 
-def _loader_class():
-    """TensorBoard's LegacyEventFileLoader (Event protos, offset kept between Load() calls), TF-free."""
-    global _LOADER
-    if _LOADER is None:
+def _proto():
+    """(Event class, masked_crc32c) from TensorBoard, TF-free."""
+    global _PROTO
+    if _PROTO is None:
         # tensorboard.compat resolves `tf` to its stub when this module can be imported.
         sys.modules.setdefault("tensorboard.compat.notf", types.ModuleType("tensorboard.compat.notf"))
-        from tensorboard.backend.event_processing.event_file_loader import LegacyEventFileLoader
+        from tensorboard.compat.proto.event_pb2 import Event
+        from tensorboard.compat.tensorflow_stub.pywrap_tensorflow import masked_crc32c
 
-        _LOADER = LegacyEventFileLoader
-    return _LOADER
+        _PROTO = (Event, masked_crc32c)
+    return _PROTO
+
+
+class CorruptRecord(Exception):
+    """A record's CRC does not match: the file is damaged from there on."""
+
+
+class RecordReader:
+    """The complete records of an event file not read yet, from where the last call stopped (a record still
+    being written is left for the next call). check_data also verifies each record's CRC, not only its
+    length's (a wrong length would misframe everything after it)."""
+
+    def __init__(self, path, check_data=True):
+        self.path = path
+        self.offset = 0
+        self.check_data = check_data
+        self._length_crcs = {}
+
+    def records(self):
+        _event, crc = _proto()
+        with open(self.path, "rb") as f:
+            f.seek(self.offset)
+            buf = b""
+            while chunk := f.read(_CHUNK):
+                buf += chunk
+                pos, size = 0, len(buf)
+                while size - pos >= _HEADER.size:
+                    length, length_crc = _HEADER.unpack_from(buf, pos)
+                    expected = self._length_crcs.get(length)
+                    if expected is None:  # events repeat a handful of sizes: one CRC per size, not per record
+                        expected = self._length_crcs[length] = crc(buf[pos:pos + 8])
+                    if expected != length_crc:
+                        raise CorruptRecord(f"{self.path}: bad length CRC at byte {self.offset}")
+                    end = pos + _HEADER.size + length + _CRC.size
+                    if end > size:
+                        break
+                    data = buf[pos + _HEADER.size:end - _CRC.size]
+                    if self.check_data and crc(data) != _CRC.unpack_from(buf, end - _CRC.size)[0]:
+                        raise CorruptRecord(f"{self.path}: bad record CRC at byte {self.offset}")
+                    self.offset += end - pos
+                    pos = end
+                    yield data
+                buf = buf[pos:]
 
 
 def _tensor_scalar(tensor):
@@ -162,15 +214,19 @@ class FileReplaced(Exception):
 class ScalarReader:
     """Incremental reader of one event file: poll() returns the scalars written since the last poll."""
 
-    def __init__(self, path):
+    def __init__(self, path, check_data=True):
         self.path = path
-        self._loader = _loader_class()(path)
+        self._records = RecordReader(path, check_data)
         self._plugin = {}  # tag -> plugin name of its first value that carried metadata
         self.size = 0  # file size at the last read
         self.records = 0  # records (events) consumed so far
+        self.damaged = False  # a CorruptRecord was raised: nothing more comes from this file
 
     def poll(self):
-        """New scalars; [] without reading when the file did not grow (one stat). Raises OSError, FileReplaced."""
+        """New scalars; [] without reading when the file did not grow (one stat) or is damaged.
+        Raises OSError, FileReplaced, CorruptRecord (once)."""
+        if self.damaged:
+            return []
         size = os.stat(self.path).st_size
         if size == self.size:
             return []
@@ -181,7 +237,21 @@ class ScalarReader:
 
     def read(self):
         """Every scalar of the events not consumed yet (a record still being written is left for later)."""
-        for event in self._loader.Load():
+        event_class = _proto()[0]
+        records = self._records.records()
+        while True:
+            try:
+                data = next(records)
+            except StopIteration:
+                return
+            except CorruptRecord:
+                self.damaged = True
+                raise
+            try:
+                event = event_class.FromString(data)
+            except Exception as e:  # protobuf's DecodeError: a damaged record the framing CRC let through
+                self.damaged = True
+                raise CorruptRecord(f"{self.path}: undecodable record {self.records + 1} ({e})") from None
             self.records += 1
             if event.WhichOneof("what") != "summary":
                 continue
@@ -420,11 +490,15 @@ def serve(args):
                     if files and (files[-1] == reader.path or _order(files[-1]) < _order(reader.path)):
                         files = []
                 if files:
-                    reader, latest = ScalarReader(files[-1]), Latest(log)
+                    # The data CRCs are left to the final backfill: the live gauge only needs the framing.
+                    reader, latest = ScalarReader(files[-1], check_data=False), Latest(log)
                     log(f"reading {files[-1]}")
             if reader is not None:
                 try:
                     scalars = reader.poll()
+                except CorruptRecord as e:
+                    log(f"{e}: no more steps from this file until a newer one appears")
+                    scalars = []
                 except (OSError, FileReplaced) as e:
                     log(f"lost {reader.path} ({e.__class__.__name__}): looking for an event file again")
                     reader, next_quick, next_full = None, now + args.interval, now + args.interval
@@ -503,8 +577,12 @@ def collect_series(files, log=None):
     series, fold = {}, Fold(log)
     for path in files:
         fold.step = None  # a new file starts a new run
-        for name, tag, ms, value in fold.samples(ScalarReader(path).read()):
-            series.setdefault(name, (tag, {}))[1][ms] = value  # same ms twice: the later event wins
+        try:
+            for name, tag, ms, value in fold.samples(ScalarReader(path).read()):
+                series.setdefault(name, (tag, {}))[1][ms] = value  # same ms twice: the later event wins
+        except CorruptRecord as e:
+            if log:
+                log(f"{e}: using the steps before it")
     return {name: (tag, sorted(points.items())) for name, (tag, points) in series.items()}, fold
 
 

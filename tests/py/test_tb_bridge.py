@@ -457,3 +457,38 @@ def test_live_scrape_then_backfill_holds_every_step_once(tmp_path, prometheus_re
             finally:
                 if pid_alive(daemon):
                     os.kill(daemon, signal.SIGKILL)
+
+
+def _record_offsets(data):
+    """Byte offset of each TFRecord in an event file's bytes."""
+    offsets, pos = [], 0
+    while pos < len(data):
+        offsets.append(pos)
+        pos += 12 + int.from_bytes(data[pos:pos + 8], "little") + 4
+    return offsets
+
+
+def test_damaged_record_keeps_the_steps_before_it_and_stops_there(tmp_path):
+    writer = new_writer(tmp_path / "src")
+    write_steps(writer, range(3), 1700000000.0)
+    writer.close()
+    data = bytearray(event_file(tmp_path / "src").read_bytes())
+    # Records: file_version, then loss and step time per step. Damage step 1's loss record (record 3).
+    third = _record_offsets(bytes(data))[3]
+    data[third + 14] ^= 0xFF
+    path = tmp_path / "events.out.tfevents.1700000000.h"
+    path.write_bytes(bytes(data))
+
+    reader = tb_bridge.ScalarReader(str(path))
+    got = []
+    with pytest.raises(tb_bridge.CorruptRecord, match="bad record CRC"):
+        got.extend(reader.read())
+    assert [(s.tag, s.step) for s in got] == [("learning/loss", 0), ("perf/step_time_seconds", 0)]
+    assert reader.damaged and reader.poll() == [], "a damaged file yields nothing more"
+
+    # Backfill's reading: the steps before the damage, and the damage logged.
+    logged = []
+    series, _fold = tb_bridge.collect_series([str(path)], log=logged.append)
+    assert {name: [v for _ms, v in points] for name, (_tag, points) in series.items()} == {
+        "tb_learning_loss": [10.0], "tb_perf_step_time_seconds": [pytest.approx(0.5)], "tb_step": [0.0]}
+    assert len(logged) == 1 and "bad record CRC" in logged[0] and "using the steps before it" in logged[0]
