@@ -23,7 +23,7 @@
 #
 # Each returns non-zero after one line on stderr naming the problem and the fix; a failed start or join leaves
 # no process behind. Which processes belong to a node: those whose command line names TEMP_DIR (gcs_server,
-# raylet, dashboard, log monitor, autoscaler monitor), every process of their session (`ray start` runs under
+# raylet, dashboard, autoscaler monitor), every process of their session (`ray start` runs under
 # setsid, so the whole node shares one session; that catches the Ray client server, which names no directory)
 # and every descendant of those (workers, agents, and what actors started, e.g. training).
 #
@@ -35,6 +35,9 @@
 #   RAY_START_TIMEOUT  seconds one `ray start` may take until its services listen (default 90)
 #   RAY_STOP_GRACE     default GRACE of ray_stop_node (default 5)
 #   RAY_START_ARGS     extra words appended to every `ray start` (e.g. "--num-gpus=0")
+#   RAY_REPORTER_INTERVAL_MS  how often the node's ray_node_* metrics are refreshed (default 10000)
+# No log monitor: it polls every worker log 10 times a second to forward lines to drivers, and the launcher
+# does not need it (training's output has its own path; Ray's logs stay in the session dir).
 
 _RAY_CLUSTER_SH_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source=utils/free_port.sh disable=SC1091 # followed with shellcheck -x
@@ -146,6 +149,9 @@ _ray_run_start() {
     # Ray starts its workers at nice 15 by default, and training, started by an actor, would inherit that:
     # every other process on the node then preempts it (-20% throughput on the tiny CPU model).
     RAY_worker_niceness=0
+    # The dashboard agent's resource report (the ray_node_* metrics) every 10 s, not 5: it walks every
+    # process of the node each time, 2% of a core on a small machine; the exporter's cycle is 10 s too.
+    "REPORTER_UPDATE_INTERVAL_MS=${RAY_REPORTER_INTERVAL_MS:-10000}"
   )
   # Without this, Ray replaces a loopback --node-ip-address by the first routable address.
   _ray_is_loopback "$node_ip" && env_args+=(RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0)
@@ -154,7 +160,8 @@ _ray_run_start() {
   [[ -n ${RAY_START_ARGS:-} ]] && extra=($RAY_START_ARGS)
   # setsid: the node gets a session of its own, which ray_stop_node uses to find every process of it.
   timeout -k 5 "${RAY_START_TIMEOUT:-90}" setsid -w env "${env_args[@]}" "$cli" start \
-    --temp-dir="$dir" --node-ip-address="$node_ip" --disable-usage-stats "$@" "${extra[@]}" \
+    --temp-dir="$dir" --node-ip-address="$node_ip" --disable-usage-stats --include-log-monitor=false \
+    "$@" "${extra[@]}" \
     </dev/null >"$dir/ray_start.log" 2>&1
 }
 

@@ -253,7 +253,7 @@ class NodeRunner:
             return
         if proc.stdout is None:  # the command writes to the node's own output sink: only wait for it
             while not _exited(proc):
-                time.sleep(0.2)
+                time.sleep(1.0)  # a wakeup costs training CPU; a second more to notice the end costs nothing
             self._killpg(signal.SIGKILL)
             code = proc.wait()
             self._release_watchdog()
