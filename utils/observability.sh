@@ -21,8 +21,9 @@
 #   RAY_JOIN_TRIES / RAY_JOIN_DELAY   a worker's attempts to join the head (default 12, 5 s apart)
 #   RAY_NODES_TIMEOUT   seconds rank 0 waits for all nodes to join (default 120)
 #   OBS_PYTHON          interpreter for the tools (default: python3 on PATH)
-#   OBS_NICE            niceness of the exporter (and its plugins), Prometheus and TensorBoard (default 10), so
-#                       that training wins the CPU when a node is busy. Ray keeps 0: training runs under it.
+#   OBS_NICE            niceness of the exporter (and its plugins), Prometheus, TensorBoard and Ray's services
+#                       (default 10), so that training wins the CPU when a node is busy. Ray's raylet and
+#                       workers keep 0: training runs under them.
 #
 # State shared with the teardown lives in variables named _OBS_*; nothing else is global.
 
@@ -295,6 +296,7 @@ run_with_observability() {
       _obs_start_driver "$@"
       _obs_wait "$_OBS_RAY_HEAD_PID"
       if [[ $(cat "$_OBS_RAY_RC_FILE" 2>/dev/null) == 0 ]]; then
+        ray_renice_services "$_OBS_RAY_TMP" "$_OBS_NICE"
         _obs_publish_ray_metrics
         _obs_print_tunnels
       elif ((!_OBS_CANCELLED)); then
@@ -318,6 +320,7 @@ run_with_observability() {
       if JOBKIT_OUTPUT_SINK=$_OBS_OUTPUT_SINK ray_join_cluster "$_OBS_RAY_TMP" "$_OBS_IP" "${JAX_COORDINATOR_IP:?}:${RAY_PORT:?RAY_PORT is not set for a multi-node RAY=1 job}" \
         "$_OBS_RAY_METRICS_PORT" "${RAY_JOIN_TRIES:-12}" "${RAY_JOIN_DELAY:-5}"; then
         _OBS_RAY_STARTED=1
+        ray_renice_services "$_OBS_RAY_TMP" "$_OBS_NICE"
         _obs_publish_ray_metrics
       else
         _OBS_RAY_STARTED=1

@@ -20,6 +20,10 @@
 #     (ray_start.log) into DEST_DIR (created if needed).
 # ray_node_pids TEMP_DIR
 #     Prints the PIDs of the node's processes, one per line (what ray_stop_node stops).
+# ray_renice_services TEMP_DIR INCREMENT
+#     Lowers the priority of the node's service processes (GCS, dashboard and its workers, dashboard and
+#     runtime-env agents, client server, autoscaler monitor) by INCREMENT. Not the raylet (workers inherit its
+#     niceness) nor workers and what they started: training keeps its priority.
 #
 # Each returns non-zero after one line on stderr naming the problem and the fix; a failed start or join leaves
 # no process behind. Which processes belong to a node: those whose command line names TEMP_DIR (gcs_server,
@@ -36,6 +40,7 @@
 #   RAY_STOP_GRACE     default GRACE of ray_stop_node (default 5)
 #   RAY_START_ARGS     extra words appended to every `ray start` (e.g. "--num-gpus=0")
 #   RAY_REPORTER_INTERVAL_MS  how often the node's ray_node_* metrics are refreshed (default 10000)
+#   RAY_DASHBOARD_SELF_METRICS_INTERVAL_S  how often the dashboard records its own CPU/memory (default 60)
 # No log monitor: it polls every worker log 10 times a second to forward lines to drivers, and the launcher
 # does not need it (training's output has its own path; Ray's logs stay in the session dir).
 
@@ -88,13 +93,16 @@ _ray_check_port() {
 
 # True when some TCP socket of this machine listens on PORT (any address, IPv4 or IPv6).
 _ray_listening() {
-  local want table _sl local_addr _rem st _rest
+  local want table line _sl local_addr _rem st _rest
+  local -a lines
   want=$(printf '%04X' "$((10#$1))")
   for table in /proc/net/tcp /proc/net/tcp6; do
     [[ -r $table ]] || continue
-    while read -r _sl local_addr _rem st _rest; do
+    mapfile -t lines <"$table" # one read, not one system call per byte as with `read` on /proc
+    for line in "${lines[@]}"; do
+      read -r _sl local_addr _rem st _rest <<<"$line"
       [[ $st == 0A && ${local_addr##*:} == "$want" ]] && return 0
-    done <"$table"
+    done
   done
   return 1
 }
@@ -152,6 +160,14 @@ _ray_run_start() {
     # The dashboard agent's resource report (the ray_node_* metrics) every 10 s, not 5: it walks every
     # process of the node each time, 2% of a core on a small machine; the exporter's cycle is 10 s too.
     "REPORTER_UPDATE_INTERVAL_MS=${RAY_REPORTER_INTERVAL_MS:-10000}"
+    # The dashboard measures its own CPU and memory (smaps_rollup of each of its processes) every 5 s by
+    # default: 1-2% of a core for ray_component_* metrics nobody needs every 5 s.
+    "METRICS_RECORD_INTERVAL_S=${RAY_DASHBOARD_SELF_METRICS_INTERVAL_S:-60}"
+    # Housekeeping ticks of raylet, GCS and workers, tuned for schedulers juggling many short tasks; one
+    # long-running actor per node needs none of them 10 times a second. Each stays overridable.
+    "RAY_raylet_report_resources_period_milliseconds=${RAY_raylet_report_resources_period_milliseconds:-1000}"
+    "RAY_raylet_check_gc_period_milliseconds=${RAY_raylet_check_gc_period_milliseconds:-10000}"
+    "RAY_task_events_report_interval_ms=${RAY_task_events_report_interval_ms:-5000}"
   )
   # Without this, Ray replaces a loopback --node-ip-address by the first routable address.
   _ray_is_loopback "$node_ip" && env_args+=(RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0)
@@ -209,7 +225,8 @@ ray_start_head() {
   _ray_ports_free "GCS_PORT=$gcs_port" "DASHBOARD_PORT=$dash_port" "METRICS_PORT=$metrics_port" || return 1
 
   local deadline=$((EPOCHSECONDS + ${RAY_START_TIMEOUT:-90}))
-  _ray_run_start "$dir" "$node_ip" --head --port="$gcs_port" --num-cpus=0 \
+  # --no-monitor: the autoscaler's monitor has nothing to do for a fixed set of Slurm nodes.
+  _ray_run_start "$dir" "$node_ip" --head --port="$gcs_port" --num-cpus=0 --no-monitor \
     --include-dashboard=true --dashboard-host=127.0.0.1 --dashboard-port="$dash_port" \
     --metrics-export-port="$metrics_port" --dashboard-agent-listen-port="$agent_port" \
     --ray-client-server-port="$client_port" || rc=$?
@@ -449,4 +466,38 @@ ray_save_logs() {
     _ray_err "copying the Ray logs of $dir to $dest failed (disk full or not writable?); they stay in $dir until it is removed"
     return 1
   fi
+}
+
+# The program a command line runs: argv[0], or for a python the script or `-m` module.
+_ray_program() {
+  [[ ${1##*/} == python* ]] || { echo "$1"; return; }
+  shift
+  while (($#)); do
+    case $1 in
+      -m) echo "${2:-}"; return ;;
+      -*) shift ;;
+      *) echo "$1"; return ;;
+    esac
+  done
+}
+
+# Lowers the priority of the node's own services; see the header. Matched on the program (argv[0], or the
+# script or module a python runs), never on the whole command line: the raylet's names the agents' scripts.
+ray_renice_services() {
+  local dir=${1:?ray_renice_services needs TEMP_DIR} increment=${2:?ray_renice_services needs INCREMENT} pid program
+  local -a services=() argv=()
+  [[ $increment =~ ^[0-9]+$ ]] || { _ray_err "INCREMENT must be a number >= 0, got '$increment'"; return 1; }
+  ((increment)) || return 0
+  while read -r pid; do
+    mapfile -d '' argv 2>/dev/null <"/proc/$pid/cmdline" || continue
+    ((${#argv[@]})) || continue
+    program=$(_ray_program "${argv[@]}")
+    case $program in
+      */gcs_server | */dashboard/dashboard.py | ray-dashboard-* | ray::DashboardAgent* | ray::RuntimeEnvAgent* | \
+        */dashboard/agent.py | */runtime_env/agent/main.py | ray.util.client.server | */autoscaler/_private/monitor.py)
+        services+=("$pid") ;;
+    esac
+  done < <(ray_node_pids "$dir")
+  ((${#services[@]})) || return 0
+  renice -n "$increment" -p "${services[@]}" >/dev/null 2>&1 || true
 }

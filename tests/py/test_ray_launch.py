@@ -386,3 +386,46 @@ def test_ready_file_written_later_lets_the_command_run(cluster, tmp_path):
     _out, err = proc.communicate(timeout=60)
     assert proc.returncode == 0, err.decode()
     assert (tmp_path / "ran").exists()
+
+
+def _niceness(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[16])
+
+
+def _program_pids(temp: str) -> dict[str, list[int]]:
+    """The node's processes by a short name of what they run."""
+    found: dict[str, list[int]] = {}
+    for pid in lib(f"ray_node_pids {temp}").stdout.split():
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        name = ("gcs" if cmd[0].endswith(b"/gcs_server") else "raylet" if cmd[0].endswith(b"/raylet")
+                else "dashboard" if len(cmd) > 1 and cmd[1].endswith(b"dashboard/dashboard.py")
+                else "agent" if cmd[0].startswith(b"ray::DashboardAgent") else "other")
+        found.setdefault(name, []).append(int(pid))
+    return found
+
+
+def test_renice_services_spares_the_raylet_and_training(cluster, tmp_path):
+    # Last in this module: the shared head's services stay reniced.
+    pid_file = tmp_path / "child.pid"
+    (tmp_path / "loop.py").write_text(LOOPER)
+    proc = launch(cluster, sys.executable, str(tmp_path / "loop.py"), str(pid_file))
+    try:
+        child = int(wait_for(lambda: pid_file.exists() and pid_file.read_text(), 30, "the command to start"))
+        renice = lib(f"ray_renice_services {cluster['temp']} 7")
+        assert renice.returncode == 0, renice.stderr
+        pids = _program_pids(cluster["temp"])
+        for service in ("gcs", "dashboard", "agent"):
+            assert pids.get(service), f"no {service} process found: {pids}"
+            assert {_niceness(p) for p in pids[service]} == {7}, service
+        assert [_niceness(p) for p in pids["raylet"]] == [0], "workers fork from the raylet: it keeps 0"
+        assert _niceness(child) == 0, "training must keep its priority"
+        # Workers forked after the renice (a new actor) still start at 0: their command too.
+        rc, out, err = run(cluster, "bash", "-c", "cut -d' ' -f19 /proc/$$/stat")
+        assert (rc, out) == (0, b"0\n"), err
+        assert lib(f"ray_renice_services {cluster['temp']} x").returncode == 1
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=30)
