@@ -6,7 +6,7 @@
 # alternating, on one warm JAX compile cache, so that machine noise hits both alike. Per run it records:
 #   first step   seconds from starting run_local.sh to the log's "completed step: 0" line (polled every 0.05 s)
 #   TGS          steady-state tokens/s/device over steps 20..STEPS-1 (`python -m jobkit tgs --json`)
-# and prints one table row per round plus the ratios: TGS(RAY=1)/TGS(RAY=0) (goal >= 0.98) and first-step
+# and prints one table row per round plus the mean and median of the ratios: TGS(RAY=1)/TGS(RAY=0) (goal >= 0.98) and first-step
 # delta RAY=1 - RAY=0 (goal <= 10 s). Not part of CI.
 set -euo pipefail
 [[ -n ${_DEBUG:-} ]] && set -x
@@ -54,16 +54,20 @@ _run() {
 
 _run 0 warmup >/dev/null # fills the compile cache so that no measured run pays for the first compile
 printf '%-6s %14s %14s %10s %12s %12s %10s\n' round "TGS RAY=0" "TGS RAY=1" "TGS ratio" "1st step 0" "1st step 1" "delta (s)"
-sum_ratio=0 sum_delta=0
+ratios=() deltas=()
 for ((i = 1; i <= ROUNDS; i++)); do
   read -r f0 t0 < <(_run 0 "r$i-ray0")
   read -r f1 t1 < <(_run 1 "r$i-ray1")
   ratio=$(awk -v a="$t1" -v b="$t0" 'BEGIN { printf "%.3f", a / b }')
   delta=$(awk -v a="$f1" -v b="$f0" 'BEGIN { printf "%.2f", a - b }')
-  sum_ratio=$(awk -v s="$sum_ratio" -v r="$ratio" 'BEGIN { print s + r }')
-  sum_delta=$(awk -v s="$sum_delta" -v d="$delta" 'BEGIN { print s + d }')
+  ratios+=("$ratio") deltas+=("$delta")
   printf '%-6s %14.0f %14.0f %10s %12s %12s %10s\n' "$i" "$t0" "$t1" "$ratio" "$f0" "$f1" "$delta"
 done
-printf '%-6s %14s %14s %10.3f %12s %12s %10.2f\n' mean "" "" "$(awk -v s="$sum_ratio" -v n="$ROUNDS" 'BEGIN { print s / n }')" \
-  "" "" "$(awk -v s="$sum_delta" -v n="$ROUNDS" 'BEGIN { print s / n }')"
+# Mean and median: on a shared machine one disturbed run moves the mean a lot, the median little.
+_stats() { printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1; s += $1 } END {
+  m = (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2; printf "%.3f %.3f\n", s / NR, m }'; }
+read -r ratio_mean ratio_median < <(_stats "${ratios[@]}")
+read -r delta_mean delta_median < <(_stats "${deltas[@]}")
+printf '%-6s %14s %14s %10.3f %12s %12s %10.2f\n' mean "" "" "$ratio_mean" "" "" "$delta_mean"
+printf '%-6s %14s %14s %10.3f %12s %12s %10.2f\n' median "" "" "$ratio_median" "" "" "$delta_median"
 echo "goals: TGS ratio >= 0.98, first-step delta <= 10 s; steps=$STEPS, steady window 20..$((STEPS - 1)), $(nproc) CPUs"
