@@ -71,6 +71,32 @@ _ray_cli() {
   return 1
 }
 
+# `ray start` through the CLI's own interpreter, minus the three command groups it imports only to offer
+# `ray serve`, `ray job` and `ray list/get/logs/summary`. The CLI imports each inside try/except ImportError, so
+# a None in sys.modules makes it skip them: 0.7 s instead of 2 s of imports, on the critical path of every
+# node's start. The current directory stays off sys.path, as it does for the console script.
+_RAY_SLIM_START_PY='import sys
+sys.path[:] = [p for p in sys.path if p]
+for name in ("ray.serve.scripts", "ray.dashboard.modules.job.cli", "ray.util.state.state_cli"):
+    sys.modules[name] = None
+from ray.scripts.scripts import main
+sys.argv[0] = "ray"
+sys.exit(main())'
+
+# Prints, NUL-terminated, the words that run `ray ARGS...` for the ray CLI at $1: its interpreter with the slim start above when
+# $1 is a Python console script of Ray (a "#!" interpreter line and Ray's entry point), else $1 itself.
+_ray_start_cmd() {
+  local cli=$1 shebang=""
+  IFS= read -r shebang <"$cli" 2>/dev/null || true
+  if [[ $shebang == '#!/'* ]] && grep -q 'from ray.scripts.scripts import main' "$cli" 2>/dev/null; then
+    local -a interp
+    read -r -a interp <<<"${shebang#\#!}"
+    printf '%s\0' "${interp[@]}" -c "$_RAY_SLIM_START_PY"
+  else
+    printf '%s\0' "$cli"
+  fi
+}
+
 # Checks TEMP_DIR: absolute, and short enough for Ray's unix sockets (107 bytes).
 _ray_check_temp_dir() {
   local dir=$1
@@ -175,7 +201,9 @@ _ray_run_start() {
   # shellcheck disable=SC2206 # RAY_START_ARGS is a list of words by design
   [[ -n ${RAY_START_ARGS:-} ]] && extra=($RAY_START_ARGS)
   # setsid: the node gets a session of its own, which ray_stop_node uses to find every process of it.
-  timeout -k 5 "${RAY_START_TIMEOUT:-90}" setsid -w env "${env_args[@]}" "$cli" start \
+  local -a ray_cmd
+  mapfile -d '' -t ray_cmd < <(_ray_start_cmd "$cli")
+  timeout -k 5 "${RAY_START_TIMEOUT:-90}" setsid -w env "${env_args[@]}" "${ray_cmd[@]}" start \
     --temp-dir="$dir" --node-ip-address="$node_ip" --disable-usage-stats --include-log-monitor=false \
     "$@" "${extra[@]}" \
     </dev/null >"$dir/ray_start.log" 2>&1
