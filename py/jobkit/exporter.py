@@ -36,6 +36,8 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+from jobkit.argtypes import positive_seconds
+
 PLUGIN_SUFFIX = "_metrics_plugin.sh"
 DEFAULT_PORT = 9500  # 9400 belongs to NVIDIA's DCGM exporter
 PORT_TRIES = 20
@@ -389,13 +391,6 @@ class Exporter:
         return 0
 
 
-def _positive(text):
-    value = float(text)
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text}")
-    return value
-
-
 def _port(text):
     value = int(text)
     if not 1 <= value <= 65535:
@@ -407,8 +402,8 @@ def main(argv=None):
     ap = argparse.ArgumentParser(prog="metrics_exporter.sh", description="Serve this node's plugin metrics on /metrics.")
     ap.add_argument("--address", required=True, help="address to bind (loopback or the cluster-private IP)")
     ap.add_argument("--port", "-p", type=_port, default=DEFAULT_PORT, help=f"first port to try (default {DEFAULT_PORT})")
-    ap.add_argument("--interval", "-i", type=_positive, default=10.0, help="seconds between cycles (default 10)")
-    ap.add_argument("--timeout", type=_positive, default=5.0, help="per-plugin seconds (default 5, at most --interval)")
+    ap.add_argument("--interval", "-i", type=positive_seconds, default=10.0, help="seconds between cycles (default 10)")
+    ap.add_argument("--timeout", type=positive_seconds, default=5.0, help="per-plugin seconds (default 5, at most --interval)")
     ap.add_argument("--plugins-dir", default=str(DEFAULT_PLUGINS_DIR), help="where *_metrics_plugin.sh are (default utils/)")
     ap.add_argument("--sd-dir", help="write <host>.json for Prometheus file-based discovery here")
     args = ap.parse_args(argv)

@@ -72,6 +72,8 @@ import urllib.error
 import urllib.request
 from collections import namedtuple
 
+from jobkit.argtypes import positive_seconds
+
 EVENT_PREFIX = "events.out.tfevents."
 STEP_METRIC = "tb_step"
 FILL_METRIC = "tb_metrics_plugin_staleness_fill"
@@ -745,13 +747,6 @@ def backfill(args):
 
 
 # ---- command line -----------------------------------------------------------------------------------------
-def _positive(text):
-    value = float(text)
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text}")
-    return value
-
-
 def _parser():
     ap = argparse.ArgumentParser(prog="python -m jobkit.tb_bridge",
                                  description="TensorBoard scalars as Prometheus gauges: live (serve) and after the job "
@@ -761,7 +756,7 @@ def _parser():
     s.add_argument("--logdir", required=True, help="where to look for event files (recursively)")
     s.add_argument("--host", required=True, help='value of the host="..." label')
     s.add_argument("--out", required=True, help="exposition file, replaced atomically; pid in FILE.pid")
-    s.add_argument("--interval", type=_positive, default=1.0, help="seconds between polls (default 1)")
+    s.add_argument("--interval", type=positive_seconds, default=1.0, help="seconds between polls (default 1)")
     s.add_argument("--parent-pid", type=int, default=0, help="exit when this process exits")
     s.add_argument("--since", type=int, default=0, help="ignore event files created before this epoch second")
     b = sub.add_parser("backfill", help="add every step of the event files to a stopped Prometheus's TSDB")
