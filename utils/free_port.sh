@@ -2,6 +2,7 @@
 # Summary: Pick a random free TCP port for a coordinator or service, from the kernel's socket tables (sourced library)
 #
 # pick_free_port [EXCLUDE ...]   prints a random TCP port that is in the range, not in EXCLUDE and not in use
+# tcp_ports_in_use, tcp_port_in_use   the kernel's view of ports in use (see below)
 #
 # "In use" means the port is the local port of any IPv4 or IPv6 TCP socket in /proc/net/tcp or /proc/net/tcp6, in
 # any state: a listener, but also a connection or a TIME_WAIT remnant, either of which can make a later bind fail.
@@ -12,19 +13,33 @@
 #   FREE_PORT_ATTEMPTS  random draws before giving up (default 100); each draw costs no system call
 #   FREE_PORT_PROC      where the tcp/tcp6 tables are read from (default /proc/net)
 
-# Prints every local TCP port in use, one per line (duplicates possible).
+# tcp_ports_in_use [--listening]
+#     Prints the local port of every IPv4 and IPv6 TCP socket (only listeners with --listening), one per line,
+#     duplicates possible. The one reader of the kernel's tables for every port check of the project.
 # The tables are slurped with mapfile: `read` on a /proc file costs a system call per byte (0.1 s a table).
-_free_port_in_use() {
-  local table line _sl local_addr _rest
+tcp_ports_in_use() {
+  local listening_only=0 table line _sl local_addr _rem state _rest
   local -a lines
+  [[ ${1:-} == --listening ]] && listening_only=1
   for table in "${FREE_PORT_PROC:-/proc/net}/tcp" "${FREE_PORT_PROC:-/proc/net}/tcp6"; do
     [[ -r $table ]] || continue
     mapfile -t -s 1 lines <"$table" # -s 1: the header line
     for line in "${lines[@]}"; do
-      read -r _sl local_addr _rest <<<"$line"
-      [[ $local_addr == *:* ]] && echo $((16#${local_addr##*:}))
+      read -r _sl local_addr _rem state _rest <<<"$line"
+      [[ $local_addr == *:* ]] || continue
+      ((listening_only)) && [[ $state != 0A ]] && continue # 0A: TCP_LISTEN
+      echo $((16#${local_addr##*:}))
     done
   done
+}
+
+# tcp_port_in_use PORT [--listening]
+#     True when PORT is the local port of some TCP socket (of a listener, with --listening).
+tcp_port_in_use() {
+  local want=$((10#$1)) port
+  shift
+  while read -r port; do ((port == want)) && return 0; done < <(tcp_ports_in_use "$@")
+  return 1
 }
 
 pick_free_port() {
@@ -49,7 +64,7 @@ pick_free_port() {
   for port in "$@"; do
     [[ $port =~ ^[0-9]+$ ]] && taken[$((10#$port))]=1
   done
-  while read -r port; do taken[$port]=1; done < <(_free_port_in_use)
+  while read -r port; do taken[$port]=1; done < <(tcp_ports_in_use)
 
   local span=$((high - low + 1)) i
   for ((i = 0; i < attempts; i++)); do

@@ -48,7 +48,7 @@ _obs_log() { echo "[observability] $*"; }
 # Prints the first port from START on that no TCP socket of this node uses (tries 20).
 _obs_port_from() {
   local port=$1 used i
-  used=" $(_free_port_in_use | tr '\n' ' ') "
+  used=" $(tcp_ports_in_use | tr '\n' ' ') "
   for ((i = 0; i < 20; i++, port++)); do
     [[ $used == *" $port "* ]] || { echo "$port"; return 0; }
   done

@@ -97,13 +97,6 @@ _prom_http_ok() {
   ) 2>/dev/null
 }
 
-# True when PORT is a local port of any TCP socket (kernel tables; see free_port.sh).
-_prom_port_in_use() {
-  local port
-  while read -r port; do [[ $port == "$1" ]] && return 0; done < <(_free_port_in_use)
-  return 1
-}
-
 # Waits until PID serves /-/ready on PORT (0), PID died (1) or the timeout passed (2).
 _prom_wait_ready() {
   local pid=$1 port=$2 timeout=${PROMETHEUS_READY_TIMEOUT:-30} i
@@ -189,7 +182,7 @@ _prom_launch() {
     return 1
   }
   for ((i = 0; i < tries; i++, port++)); do
-    _prom_port_in_use "$port" && continue
+    tcp_port_in_use "$port" && continue
     "$config_writer" "$port" >"$config" || return 1
     local -a prom_cmd=("$bin" "--config.file=$config" "--storage.tsdb.path=$tsdb"
       "--web.listen-address=127.0.0.1:$port" "--storage.tsdb.retention.time=10y" "$@")

@@ -118,20 +118,7 @@ _ray_check_port() {
 }
 
 # True when some TCP socket of this machine listens on PORT (any address, IPv4 or IPv6).
-_ray_listening() {
-  local want table line _sl local_addr _rem st _rest
-  local -a lines
-  want=$(printf '%04X' "$((10#$1))")
-  for table in /proc/net/tcp /proc/net/tcp6; do
-    [[ -r $table ]] || continue
-    mapfile -t lines <"$table" # one read, not one system call per byte as with `read` on /proc
-    for line in "${lines[@]}"; do
-      read -r _sl local_addr _rem st _rest <<<"$line"
-      [[ $st == 0A && ${local_addr##*:} == "$want" ]] && return 0
-    done
-  done
-  return 1
-}
+_ray_listening() { tcp_port_in_use "$1" --listening; }
 
 # Fails with a one-line error when one of the "NAME=PORT" pairs is already listened on.
 _ray_ports_free() {

@@ -111,6 +111,33 @@ teardown() {
   [ "$status" -eq 1 ]
 }
 
+@test "free port: tcp_ports_in_use sees every state, --listening only listeners (recorded table shape)" {
+  source "$REPO_DIR/utils/free_port.sh"
+  local proc=$BATS_TEST_TMPDIR/net
+  mkdir -p "$proc"
+  # Lines as Linux writes them: 2024 listening, 2025 established, 2026 in TIME_WAIT; tcp6 with one listener (8265).
+  cat >"$proc/tcp" <<'TABLE'
+  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode
+   0: 00000000:07E8 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 1129 1 0000000032ac6954 100 0 0 10 0
+   1: 0100007F:07E9 0100007F:9C41 01 00000000:00000000 00:00000000 00000000     0        0 5521 1 00000000a1b2c3d4 20 4 30 10 -1
+   2: 0100007F:07EA 0100007F:9C42 06 00000000:00000000 03:000016F2 00000000     0        0 0 3 0000000000000000
+TABLE
+  cat >"$proc/tcp6" <<'TABLE'
+  sl  local_address                         remote_address                        st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode
+   0: 00000000000000000000000001000000:2049 00000000000000000000000000000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 8812 1 00000000deadbeef 100 0 0 10 0
+TABLE
+  FREE_PORT_PROC=$proc run tcp_ports_in_use
+  [ "$output" = $'2024\n2025\n2026\n8265' ]
+  FREE_PORT_PROC=$proc run tcp_ports_in_use --listening
+  [ "$output" = $'2024\n8265' ]
+  FREE_PORT_PROC=$proc run tcp_port_in_use 2026
+  [ "$status" -eq 0 ]
+  FREE_PORT_PROC=$proc run tcp_port_in_use 2026 --listening
+  [ "$status" -eq 1 ]
+  FREE_PORT_PROC=$proc run tcp_port_in_use 8265 --listening
+  [ "$status" -eq 0 ]
+}
+
 @test "free port: a closed port is chosen unless excluded" {
   source "$REPO_DIR/utils/free_port.sh"
   start_listener 4
