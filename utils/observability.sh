@@ -170,8 +170,13 @@ _obs_start_head_async() {
 # Rank 0: the driver (py/jobkit/ray_launch.py), started while the head still comes up: it imports Ray
 # meanwhile and connects once the head's status file says 0 (else it exits OBS_RAY_UNREACHABLE_RC).
 _obs_start_driver() {
+  local start_limit=${RAY_START_TIMEOUT:-90}
+  [[ $start_limit =~ ^[0-9]+$ ]] || start_limit=90
+  # The wait for the head's status must outlast the head's own start limit, or a slow but good start
+  # would leave training without Ray.
   "$_OBS_PYTHON" -m jobkit.ray_launch --address "$_OBS_IP:$RAY_PORT" --nodes "$NNODES" \
-    --nodes-timeout "${RAY_NODES_TIMEOUT:-120}" --ready-file "$_OBS_RAY_RC_FILE" -- "$@" &
+    --nodes-timeout "${RAY_NODES_TIMEOUT:-120}" --ready-file "$_OBS_RAY_RC_FILE" \
+    --connect-timeout "$((10#$start_limit + 30))" -- "$@" &
   _OBS_CHILD_PID=$!
 }
 
