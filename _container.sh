@@ -2,7 +2,7 @@
 # Usage: _container.sh [<MODEL_NAME> [-- <passthrough> ...] | --pull]
 # Summary: Run _train.sh, or with no arguments an interactive bash, in the training environment
 #
-# The runtime is CONTAINER_RUNTIME (podman | docker | none), or detected when empty (utils/container_runtime.sh).
+# The runtime is CONTAINER_RUNTIME (podman | docker | none), or detected when empty (utils/lib/container_runtime.sh).
 #
 #   none             native: exec <repo>/_train.sh in this environment, all of it inherited. The project venv
 #                    ${VENV_DIR:-<repo>/.venv}, when it exists, comes first on PATH and is VIRTUAL_ENV.
@@ -37,8 +37,8 @@ set -euo pipefail
 
 _PROG=_container.sh
 SCRIPT_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-# shellcheck source=utils/container_runtime.sh
-source "$SCRIPT_DIR/utils/container_runtime.sh"
+# shellcheck source=utils/lib/container_runtime.sh
+source "$SCRIPT_DIR/utils/lib/container_runtime.sh"
 
 # Where things appear inside the container.
 _IN_SCRIPTS=/workspace/launcher
@@ -58,7 +58,7 @@ _CONTAINER_ENV_ALLOWLIST=(
   NODELIST_EXPANDED                             # comma-separated hostnames of the job
   RAY RAY_PORT                                  # observability switch and Ray's GCS port
   RAY_DASHBOARD_PORT RAY_METRICS_PORT RAY_JOIN_TRIES RAY_JOIN_DELAY RAY_NODES_TIMEOUT   # RAY=1 knobs,
-  PROMETHEUS_PORT TENSORBOARD TENSORBOARD_PORT EXPORTER_PORT EXPORTER_INTERVAL         # see utils/observability.sh
+  PROMETHEUS_PORT TENSORBOARD TENSORBOARD_PORT EXPORTER_PORT EXPORTER_INTERVAL         # see utils/lib/observability.sh
   CLUSTER_IP SLURM_SUBMIT_HOST                  # this node's address when set by hand; login node for tunnel hints
   STAGE_TIMEOUTS                                # per-stage timeout overrides
   HARDWARE_PEAK_TFLOPS TUNE_PROFILE ENABLE_XLA_DUMP   # training-tier knobs
@@ -96,7 +96,7 @@ _native_shell() {
   fi
   cd "$SCRIPT_DIR"
   # ~/.bashrc may put other interpreters first on PATH (pyenv shims); the rc file re-activates the venv after it.
-  TRAIN_SHELL_VENV=${VIRTUAL_ENV:-} exec bash --rcfile "$SCRIPT_DIR/utils/train_shell.bashrc" -i
+  TRAIN_SHELL_VENV=${VIRTUAL_ENV:-} exec bash --rcfile "$SCRIPT_DIR/utils/lib/train_shell.bashrc" -i
 }
 
 # --- container ----------------------------------------------------------------------------------------

@@ -7,7 +7,7 @@
 # Environment layering, last wins: train_env.sh -> configs/<model>.env.sh -> _env_KEY=VALUE args.
 # Exports OUTPUT_PATH, MaxText's base_output_directory: the job dir, or <workspace>/<alias or model> when
 # enable_checkpointing=true is on the command line, so that a rerun of the same alias resumes.
-# RAY=1 runs training under utils/observability.sh (metrics exporter, Ray, Prometheus, TensorBoard) instead of
+# RAY=1 runs training under utils/lib/observability.sh (metrics exporter, Ray, Prometheus, TensorBoard) instead of
 # exec'ing it; training's exit status is kept.
 set -euo pipefail
 [[ -n ${_DEBUG:-} ]] && set -x
@@ -83,10 +83,10 @@ main() {
   export OUTPUT_PATH
   mkdir -p "$OUTPUT_PATH"
 
-  # shellcheck source=utils/gpu_detect.sh
-  source "$SCRIPT_DIR/utils/gpu_detect.sh"
-  # shellcheck source=utils/nccl_env.sh
-  source "$SCRIPT_DIR/utils/nccl_env.sh"
+  # shellcheck source=utils/lib/gpu_detect.sh
+  source "$SCRIPT_DIR/utils/lib/gpu_detect.sh"
+  # shellcheck source=utils/lib/nccl_env.sh
+  source "$SCRIPT_DIR/utils/lib/nccl_env.sh"
   # shellcheck source=train_env.sh
   source "$SCRIPT_DIR/train_env.sh"
   if [[ -f $SCRIPT_DIR/configs/$MODEL_NAME.env.sh ]]; then
@@ -115,8 +115,8 @@ main() {
   echo "[_train] $python -m jobkit.launch configs/$MODEL_NAME.yml ${defaults[*]} ${MAXTEXT_ARGS[*]}"
   local -a train_cmd=("$python" -u -m jobkit.launch "$config" "${defaults[@]}" "${MAXTEXT_ARGS[@]}")
   if [[ ${RAY:-0} =~ ^(1|true|yes)$ ]]; then
-    # shellcheck source=utils/observability.sh
-    source "$SCRIPT_DIR/utils/observability.sh"
+    # shellcheck source=utils/lib/observability.sh
+    source "$SCRIPT_DIR/utils/lib/observability.sh"
     local rc=0
     OBS_PYTHON=$(command -v "$python") run_with_observability "${train_cmd[@]}" || rc=$?
     exit "$rc"

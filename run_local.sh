@@ -22,18 +22,18 @@ set -euo pipefail
 
 SCRIPT_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 CONFIGS_DIR=$SCRIPT_DIR/configs
-# shellcheck source=utils/launch_args.sh
-source "$SCRIPT_DIR/utils/launch_args.sh"
-# shellcheck source=utils/resolve_model.sh
-source "$SCRIPT_DIR/utils/resolve_model.sh"
-# shellcheck source=utils/container_runtime.sh
-source "$SCRIPT_DIR/utils/container_runtime.sh"
-# shellcheck source=utils/job_log.sh
-source "$SCRIPT_DIR/utils/job_log.sh"
-# shellcheck source=utils/process_stop.sh
-source "$SCRIPT_DIR/utils/process_stop.sh"
-# shellcheck source=utils/workspace.sh
-source "$SCRIPT_DIR/utils/workspace.sh"
+# shellcheck source=utils/lib/launch_args.sh
+source "$SCRIPT_DIR/utils/lib/launch_args.sh"
+# shellcheck source=utils/lib/resolve_model.sh
+source "$SCRIPT_DIR/utils/lib/resolve_model.sh"
+# shellcheck source=utils/lib/container_runtime.sh
+source "$SCRIPT_DIR/utils/lib/container_runtime.sh"
+# shellcheck source=utils/lib/job_log.sh
+source "$SCRIPT_DIR/utils/lib/job_log.sh"
+# shellcheck source=utils/lib/process_stop.sh
+source "$SCRIPT_DIR/utils/lib/process_stop.sh"
+# shellcheck source=utils/lib/workspace.sh
+source "$SCRIPT_DIR/utils/lib/workspace.sh"
 
 _PROG=run_local.sh
 _die() { echo "$_PROG: $*" >&2; exit "${2:-1}"; }

@@ -23,7 +23,7 @@ SCRIPT_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 CONFIGS_DIR=$SCRIPT_DIR/configs
 for _lib in launch_args resolve_model container_runtime artifact stage_timeout workspace; do
   # shellcheck source=/dev/null
-  source "$SCRIPT_DIR/utils/$_lib.sh"
+  source "$SCRIPT_DIR/utils/lib/$_lib.sh"
 done
 unset _lib
 

@@ -4,7 +4,7 @@
 #
 # Runs utils/metrics_exporter.sh on 127.0.0.1 at INTERVAL seconds (default 0.25) for CYCLES cycles (default 40,
 # at least 30) after two warm-up cycles, once per plugin set:
-#   repo       the utils/*_metrics_plugin.sh present now (skipped when there are none)
+#   repo       the utils/plugins/*_metrics_plugin.sh present now (skipped when there are none)
 #   synthetic  3 small bash plugins that read /proc files with builtins only
 #   none       an empty plugins dir: the engine's own cost
 # CPU comes from /proc/<engine pid>/stat: utime+stime of the engine, cutime+cstime of its reaped children (the
@@ -20,8 +20,8 @@ INTERVAL=${2:-0.25}
 if [[ ! $CYCLES =~ ^[0-9]+$ ]] || ((CYCLES < 30)); then echo "exporter_cpu.sh: CYCLES must be a number >= 30, got '$CYCLES'" >&2; exit 2; fi
 [[ $INTERVAL =~ ^[0-9]*\.?[0-9]+$ ]] || { echo "exporter_cpu.sh: INTERVAL must be seconds, e.g. 0.25, got '$INTERVAL'" >&2; exit 2; }
 command -v curl >/dev/null || { echo "exporter_cpu.sh: needs curl" >&2; exit 2; }
-# shellcheck source=utils/free_port.sh
-source "$REPO_DIR/utils/free_port.sh"
+# shellcheck source=utils/lib/free_port.sh
+source "$REPO_DIR/utils/lib/free_port.sh"
 TICK=$(getconf CLK_TCK)
 
 WORK=$(mktemp -d)
@@ -88,8 +88,8 @@ _measure() { # LABEL DIR
 }
 
 printf '%-12s %8s %7s %12s %13s %12s\n' "plugin set" plugins cycles "engine ms" "plugins ms" "total ms"
-repo_plugins=("$REPO_DIR"/utils/*_metrics_plugin.sh)
+repo_plugins=("$REPO_DIR"/utils/plugins/*_metrics_plugin.sh)
 if [[ -e ${repo_plugins[0]} ]]; then _measure repo "$REPO_DIR/utils"; else printf '%-12s %8s\n' repo "(none present)"; fi
 _measure synthetic "$WORK/synthetic"
 _measure none "$WORK/none"
-echo "(ms = CPU milliseconds per cycle at a ${INTERVAL}s interval; clock tick $((1000 / TICK)) ms; repo plugins: $(find "$REPO_DIR/utils" -maxdepth 1 -name '*_metrics_plugin.sh' -printf '%f '))"
+echo "(ms = CPU milliseconds per cycle at a ${INTERVAL}s interval; clock tick $((1000 / TICK)) ms; repo plugins: $(find "$REPO_DIR/utils/plugins" -maxdepth 1 -name '*_metrics_plugin.sh' -printf '%f '))"

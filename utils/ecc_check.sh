@@ -28,8 +28,8 @@ case ${1:-} in
   *) echo "$_PROG: unexpected argument '$1'; it checks this node only, run it once per node (e.g. with srun)" >&2; exit 2 ;;
 esac
 
-# shellcheck source=utils/gpu_detect.sh
-source "$_UTILS_DIR/gpu_detect.sh"
+# shellcheck source=utils/lib/gpu_detect.sh
+source "$_UTILS_DIR/lib/gpu_detect.sh"
 
 _HOST=${SLURMD_NODENAME:-$(hostname -s 2>/dev/null || uname -n)}
 _HOST=${_HOST%%.*}

@@ -10,7 +10,7 @@
 # killed) has its last good output served again. Lines that are not Prometheus exposition text are dropped
 # and logged. Scrapes are answered from memory; any path other than /metrics is a 404.
 #
-#   --address A     address to listen on (default: this node's cluster-private IP, from utils/cluster_ip.sh)
+#   --address A     address to listen on (default: this node's cluster-private IP, from utils/lib/cluster_ip.sh)
 #   --port P        first port to try (default 9500; 9400 is DCGM's); a taken port moves on to the next, logged
 #   --sd-dir DIR    write DIR/<host>.json for Prometheus file_sd (atomically); removed on a clean stop
 #   --watchdog      keep the engine running: restart it (backoff 1, 2, 4 ... 30 s) when it dies of a signal or
@@ -40,8 +40,8 @@ for arg in "$@"; do
   esac
 done
 if ((!have_address)); then
-  # shellcheck source=utils/cluster_ip.sh
-  source "$_UTILS_DIR/cluster_ip.sh"
+  # shellcheck source=utils/lib/cluster_ip.sh
+  source "$_UTILS_DIR/lib/cluster_ip.sh"
   addr=$(detect_cluster_ip) || { _log "no address to listen on: pass --address (e.g. 127.0.0.1) or set CLUSTER_IP"; exit 2; }
   args=(--address "$addr" "${args[@]}")
 fi

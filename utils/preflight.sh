@@ -35,8 +35,8 @@ case ${1:-} in
   *) echo "$_PROG: unexpected argument '$1'; it takes no arguments (settings come from the environment, see --help)" >&2; exit 2 ;;
 esac
 
-# shellcheck source=utils/gpu_detect.sh
-source "$_UTILS_DIR/gpu_detect.sh"
+# shellcheck source=utils/lib/gpu_detect.sh
+source "$_UTILS_DIR/lib/gpu_detect.sh"
 
 _HOST=${SLURMD_NODENAME:-$(hostname -s 2>/dev/null || uname -n)}
 _HOST=${_HOST%%.*}

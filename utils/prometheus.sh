@@ -39,8 +39,8 @@
 # prometheus_list, prometheus_view (each returns non-zero after printing a one-line error).
 
 _PROMETHEUS_SH_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-# shellcheck source=utils/free_port.sh
-source "$_PROMETHEUS_SH_DIR/free_port.sh"
+# shellcheck source=utils/lib/free_port.sh
+source "$_PROMETHEUS_SH_DIR/lib/free_port.sh"
 
 _prom_err() { echo "prometheus.sh: $*" >&2; }
 _prom_log() { echo "[Prometheus] $*" >&2; }

@@ -1,9 +1,14 @@
-"""`python -m jobkit <command>`: tgs (throughput report), mfu (peak table), why (failure reason).
+"""`jobkit`: the one command line of the Python side; every tool is a subcommand of `main`.
+
+tgs (throughput report), mfu (peak table) and why (failure reason) live here. The others live in their own
+modules and are imported only when run (see SUBCOMMANDS), so `jobkit tgs` on a login node does not pay for
+Ray's or TensorBoard's imports.
 
 Errors are one line on stderr with a non-zero exit: 1 = bad input (log file
-missing or unreadable, bad --steady), 2 = no step lines, 3 = no NNODES header.
+missing or unreadable, bad --steady), 2 = usage error or no step lines, 3 = no NNODES header.
 """
 
+import importlib
 import json
 import os
 import sys
@@ -70,9 +75,32 @@ def verdict(log: logparse.JobLog, status: str | None, exit_code: int | None) -> 
     return f"FAIL ({found.reason})"  # the class only; `jobkit why` gives detail and evidence
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+# name -> "module:attribute" of a click command or group, imported on first use.
+SUBCOMMANDS = {
+    "exporter": "jobkit.exporter:command",
+    "tb-bridge": "jobkit.tb_bridge:group",
+    "tsdb": "jobkit.tsdb:group",
+    "ray-launch": "jobkit.ray_driver:command",
+    "ray-start": "jobkit.ray_start:command",
+}
+
+
+class LazyGroup(click.Group):
+    """A click group whose SUBCOMMANDS are imported when they are run or listed, not at start-up."""
+
+    def list_commands(self, ctx):
+        return sorted([*super().list_commands(ctx), *SUBCOMMANDS])
+
+    def get_command(self, ctx, name):
+        if name in SUBCOMMANDS:
+            module, attr = SUBCOMMANDS[name].split(":")
+            return getattr(importlib.import_module(module), attr)
+        return super().get_command(ctx, name)
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 def main():
-    """Tools for MaxText job logs and MFU."""
+    """Launch, observe and read MaxText jobs: logs, MFU, metrics, Ray, TSDBs."""
 
 
 @main.command("tgs")
@@ -97,7 +125,11 @@ def tgs_command(logfile, steady, as_json, as_line, status, exit_code, yml):
         click.echo(tgs.format_line(summary, verdict(log, status, exit_code)))
         return
     if not log.entries:
-        _fail("tgs", f"{logfile}: no 'completed step' lines (runs need steps>={window[1] + 1} for a steady TGS)", EXIT_NO_STEPS)
+        _fail(
+            "tgs",
+            f"{logfile}: no 'completed step' lines (runs need steps>={window[1] + 1} for a steady TGS)",
+            EXIT_NO_STEPS,
+        )
     if as_json:
         click.echo(json.dumps(tgs.to_dict(summary), indent=2))
     else:

@@ -43,7 +43,7 @@ DEFAULT_PORT = 9500  # 9400 belongs to NVIDIA's DCGM exporter
 PORT_TRIES = 20
 DISABLE_RC = 99
 MAX_OUTPUT = 8 << 20  # bytes of stdout kept from one plugin run
-DEFAULT_PLUGINS_DIR = Path(__file__).resolve().parents[2] / "utils"
+DEFAULT_PLUGINS_DIR = Path(__file__).resolve().parents[2] / "utils" / "plugins"
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 _NAME = r"[a-zA-Z_:][a-zA-Z0-9_:]*"
@@ -232,8 +232,9 @@ class Exporter:
         env = self.env if plugin.state is None else dict(self.env, _PLUGIN_STATE=plugin.state)
         started = time.monotonic()
         try:
-            proc = subprocess.Popen(plugin.argv + [host], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                    env=env, start_new_session=True)
+            proc = subprocess.Popen(
+                plugin.argv + [host], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, env=env, start_new_session=True
+            )
         except OSError as e:
             plugin.duration = time.monotonic() - started
             self._failed(plugin, f"could not be started ({e.strerror})")
@@ -273,8 +274,9 @@ class Exporter:
         if note != p.dropped_note:
             p.dropped_note = note
             if dropped:
-                self.log(f"plugin {p.name}: dropped {len(dropped)} invalid exposition line(s), first: "
-                         f"{dropped[0][:160]!r}")
+                self.log(
+                    f"plugin {p.name}: dropped {len(dropped)} invalid exposition line(s), first: {dropped[0][:160]!r}"
+                )
         p.up = 1
         if state is not None:
             p.state = state
@@ -289,16 +291,24 @@ class Exporter:
         host = _label_value(self.host)
         parts = [p.body for p in plugins]
         if plugins:
-            parts.append("# HELP hw_scrape_duration_seconds Wall seconds of the plugin's last run\n"
-                         "# TYPE hw_scrape_duration_seconds gauge\n")
-            parts += [f'hw_scrape_duration_seconds{{host="{host}",plugin="{_label_value(p.name)}"}} '
-                      f"{p.duration:.6f}\n" for p in plugins]
-            parts.append("# HELP hw_plugin_up 1 when the plugin's last run succeeded, 0 when its last good "
-                         "output is being replayed\n# TYPE hw_plugin_up gauge\n")
+            parts.append(
+                "# HELP hw_scrape_duration_seconds Wall seconds of the plugin's last run\n"
+                "# TYPE hw_scrape_duration_seconds gauge\n"
+            )
+            parts += [
+                f'hw_scrape_duration_seconds{{host="{host}",plugin="{_label_value(p.name)}"}} {p.duration:.6f}\n'
+                for p in plugins
+            ]
+            parts.append(
+                "# HELP hw_plugin_up 1 when the plugin's last run succeeded, 0 when its last good "
+                "output is being replayed\n# TYPE hw_plugin_up gauge\n"
+            )
             parts += [f'hw_plugin_up{{host="{host}",plugin="{_label_value(p.name)}"}} {p.up}\n' for p in plugins]
-        parts.append("# HELP hw_exporter_cycles_total Collection cycles completed by the exporter\n"
-                     "# TYPE hw_exporter_cycles_total counter\n"
-                     f'hw_exporter_cycles_total{{host="{host}"}} {self.cycles}\n')
+        parts.append(
+            "# HELP hw_exporter_cycles_total Collection cycles completed by the exporter\n"
+            "# TYPE hw_exporter_cycles_total counter\n"
+            f'hw_exporter_cycles_total{{host="{host}"}} {self.cycles}\n'
+        )
         self.page = "".join(parts).encode()
 
     def run_cycle(self):
@@ -371,8 +381,10 @@ class Exporter:
             self.bind()
             # Huge poll interval: the serving thread never wakes up on its own (shutdown is by exit).
             threading.Thread(target=self.server.serve_forever, args=(3600,), daemon=True).start()
-            self.log(f"serving http://{self.address}:{self.port}/metrics (pid {os.getpid()}), plugins "
-                     f"{self.plugins_dir}/*{PLUGIN_SUFFIX} every {self.interval:g}s, timeout {self.timeout:g}s")
+            self.log(
+                f"serving http://{self.address}:{self.port}/metrics (pid {os.getpid()}), plugins "
+                f"{self.plugins_dir}/*{PLUGIN_SUFFIX} every {self.interval:g}s, timeout {self.timeout:g}s"
+            )
             if self.sd_dir:
                 self.write_sd_file()
             next_start = time.monotonic()
@@ -399,12 +411,20 @@ def _port(text):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(prog="metrics_exporter.sh", description="Serve this node's plugin metrics on /metrics.")
+    ap = argparse.ArgumentParser(
+        prog="metrics_exporter.sh", description="Serve this node's plugin metrics on /metrics."
+    )
     ap.add_argument("--address", required=True, help="address to bind (loopback or the cluster-private IP)")
-    ap.add_argument("--port", "-p", type=_port, default=DEFAULT_PORT, help=f"first port to try (default {DEFAULT_PORT})")
+    ap.add_argument(
+        "--port", "-p", type=_port, default=DEFAULT_PORT, help=f"first port to try (default {DEFAULT_PORT})"
+    )
     ap.add_argument("--interval", "-i", type=positive_seconds, default=10.0, help="seconds between cycles (default 10)")
-    ap.add_argument("--timeout", type=positive_seconds, default=5.0, help="per-plugin seconds (default 5, at most --interval)")
-    ap.add_argument("--plugins-dir", default=str(DEFAULT_PLUGINS_DIR), help="where *_metrics_plugin.sh are (default utils/)")
+    ap.add_argument(
+        "--timeout", type=positive_seconds, default=5.0, help="per-plugin seconds (default 5, at most --interval)"
+    )
+    ap.add_argument(
+        "--plugins-dir", default=str(DEFAULT_PLUGINS_DIR), help="where *_metrics_plugin.sh are (default utils/)"
+    )
     ap.add_argument("--sd-dir", help="write <host>.json for Prometheus file-based discovery here")
     args = ap.parse_args(argv)
     exporter = Exporter(args)

@@ -29,7 +29,10 @@ RULES: list[tuple[str, re.Pattern[str]]] = [
     ("unknown-xla-flag", re.compile(r"Unknown flags? in XLA_FLAGS|\bUnknown flag\b", re.M)),
     (
         "collective-error",
-        re.compile(r"\b[NR]CCL\b.{0,60}\b(?:error|failure|failed)\b|\bnccl(?:System|Internal|Unhandled\w*|Invalid\w*|Remote)Error\b", _I),
+        re.compile(
+            r"\b[NR]CCL\b.{0,60}\b(?:error|failure|failed)\b|\bnccl(?:System|Internal|Unhandled\w*|Invalid\w*|Remote)Error\b",
+            _I,
+        ),
     ),
     (
         "config-error",
@@ -83,10 +86,14 @@ def _signal_name(number: int) -> str:
         return f"signal {number}"
 
 
-def classify(text: str, status: str | None = None, exit_code: int | None = None, has_steps: bool | None = None) -> Failure:
+def classify(
+    text: str, status: str | None = None, exit_code: int | None = None, has_steps: bool | None = None
+) -> Failure:
     """Reason a run failed, from its log text plus what the caller knows."""
     if (status or "").upper() == "CANCELLED" or exit_code in CANCEL_EXIT_CODES:
-        return Failure("cancelled", evidence=f"exit code {exit_code}" if exit_code in CANCEL_EXIT_CODES else f"status {status}")
+        return Failure(
+            "cancelled", evidence=f"exit code {exit_code}" if exit_code in CANCEL_EXIT_CODES else f"status {status}"
+        )
     for reason, pattern in RULES:
         m = pattern.search(text)
         if m is None:

@@ -105,4 +105,3 @@ def detect() -> Accelerator | None:
             return found
         unknown = unknown or found
     return unknown
-

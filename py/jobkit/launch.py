@@ -47,7 +47,9 @@ def find_train_module(candidates: Sequence[str] | None = None):
         if not callable(getattr(module, "main", None)):
             raise LaunchError(f"{name} has no main(argv)")
         return module
-    raise LaunchError(f"no MaxText train module found (tried {', '.join(candidates)}); install maxtext or use its image")
+    raise LaunchError(
+        f"no MaxText train module found (tried {', '.join(candidates)}); install maxtext or use its image"
+    )
 
 
 def exit_code(code: object) -> int:

@@ -230,10 +230,18 @@ class NodeRunner:
         # that starts it exits at once).
         try:
             starter = subprocess.Popen(
-                ["/bin/sh", "-c", 'exec 3<&0; { read -r x <&3; [ "$x" = done ] || kill -KILL "-$1"; } & exit 0',
-                 "jobkit-watchdog", str(self.proc.pid)],
-                stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                close_fds=True, **_own_group(),
+                [
+                    "/bin/sh",
+                    "-c",
+                    'exec 3<&0; { read -r x <&3; [ "$x" = done ] || kill -KILL "-$1"; } & exit 0',
+                    "jobkit-watchdog",
+                    str(self.proc.pid),
+                ],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                close_fds=True,
+                **_own_group(),
             )
             starter.wait(timeout=10)
             self.watchdog = starter.stdin
@@ -514,14 +522,18 @@ class Driver:
             import ray
             from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
         except Exception as exc:
-            _say(f"cannot reach the Ray cluster at {address}: ray is not importable ({_one_line(exc)}); "
-                 "pip install 'ray[default]'")
+            _say(
+                f"cannot reach the Ray cluster at {address}: ray is not importable ({_one_line(exc)}); "
+                "pip install 'ray[default]'"
+            )
             return EXIT_UNREACHABLE
         if args.ready_file:
             status = self.wait_ready_file(args.ready_file, args.connect_timeout)
             if status != "0":
-                _say(f"the Ray head did not start ({'no status' if status is None else 'status ' + status} in "
-                     f"{args.ready_file}): not starting the command")
+                _say(
+                    f"the Ray head did not start ({'no status' if status is None else 'status ' + status} in "
+                    f"{args.ready_file}): not starting the command"
+                )
                 return 128 + self.signal if self.signal else EXIT_UNREACHABLE
         if address != "auto":
             why = _probe(address)
@@ -536,14 +548,21 @@ class Driver:
 
         def give_up():
             if not connected.wait(args.connect_timeout):
-                _say(f"cannot reach the Ray cluster at {address}: no connection within {args.connect_timeout:g} s "
-                     "(--connect-timeout)")
+                _say(
+                    f"cannot reach the Ray cluster at {address}: no connection within {args.connect_timeout:g} s "
+                    "(--connect-timeout)"
+                )
                 _exit(EXIT_UNREACHABLE)
 
         threading.Thread(target=give_up, daemon=True).start()
         try:
-            ray.init(address=address, namespace=NAMESPACE, log_to_driver=False, logging_level=logging.WARNING,
-                     configure_logging=True)
+            ray.init(
+                address=address,
+                namespace=NAMESPACE,
+                log_to_driver=False,
+                logging_level=logging.WARNING,
+                configure_logging=True,
+            )
         except Exception as exc:
             _say(f"cannot reach the Ray cluster at {address}: {_one_line(exc)}")
             return EXIT_UNREACHABLE
@@ -563,8 +582,10 @@ class Driver:
             if time.monotonic() > deadline or self.signal:
                 if self.signal:
                     return 128 + self.signal
-                _say(f"cannot reach the Ray cluster at {address}: only {len(nodes)} of {args.nodes} node(s) "
-                     f"joined within {args.nodes_timeout:g} s")
+                _say(
+                    f"cannot reach the Ray cluster at {address}: only {len(nodes)} of {args.nodes} node(s) "
+                    f"joined within {args.nodes_timeout:g} s"
+                )
                 return EXIT_UNREACHABLE
             self.stopped.wait(0.5)
         here = ray.get_runtime_context().get_node_id()
@@ -580,8 +601,7 @@ class Driver:
             for i, n in enumerate(nodes)
         ]
         try:
-            self.infos = ray.get([a.info.remote() for a in self.actors],
-                                 timeout=max(1.0, deadline - time.monotonic()))
+            self.infos = ray.get([a.info.remote() for a in self.actors], timeout=max(1.0, deadline - time.monotonic()))
         except Exception as exc:
             if self.signal:
                 return 128 + self.signal
@@ -598,8 +618,9 @@ class Driver:
                 starts.append(ray.get(ref))
             except Exception as exc:
                 # Nothing worth keeping ran yet: stop what did start and let the caller run without Ray.
-                _say(f"cannot reach the Ray cluster at {address}: the actor on {self.label(i)} failed: "
-                     f"{_one_line(exc)}")
+                _say(
+                    f"cannot reach the Ray cluster at {address}: the actor on {self.label(i)} failed: {_one_line(exc)}"
+                )
                 for actor in self.actors:
                     try:
                         ray.get(actor.stop.remote(0), timeout=10)
@@ -611,8 +632,10 @@ class Driver:
             if st["error"]:
                 _say(f"{self.label(i)}: {st['error']}")
             else:
-                _say(f"{self.label(i)}: started pid {st['pid']} (Ray worker pid {self.infos[i]['worker_pid']}, "
-                     f"host {self.infos[i]['host']})")
+                _say(
+                    f"{self.label(i)}: started pid {st['pid']} (Ray worker pid {self.infos[i]['worker_pid']}, "
+                    f"host {self.infos[i]['host']})"
+                )
         for i in range(len(self.actors)):
             threading.Thread(target=self.follow, args=(i,), daemon=True).start()
 
@@ -622,8 +645,10 @@ class Driver:
             self.done.clear()
             if stop_sent is not None:
                 if time.monotonic() - stop_sent > args.grace + 15:
-                    _say(f"{len(self.actors) - len(self.results)} node(s) did not report after being stopped; "
-                         "leaving (Ray ends their actors and commands when this driver exits)")
+                    _say(
+                        f"{len(self.actors) - len(self.results)} node(s) did not report after being stopped; "
+                        "leaving (Ray ends their actors and commands when this driver exits)"
+                    )
                     break
                 continue
             if self.signal:

@@ -13,7 +13,7 @@ are one sample to Prometheus. ``tb_step`` is the training step; its sample time 
 scalar event of that step. Two tags that sanitize to the same name: the first one seen keeps it, the other is
 skipped (logged).
 
-serve (started by utils/tb_metrics_plugin.sh, one per job and host)
+serve (started by utils/plugins/tb_metrics_plugin.sh, one per job and host)
   Finds the newest ``events.out.tfevents.*`` under DIR (recursively; ``*.profile-empty`` files and files whose
   name-embedded creation time is before --since are ignored). While there is none it looks again every 2 s
   in the usual places (``DIR/*/tensorboard/**``, where MaxText writes: ``<base_output_directory>/<run_name>/
@@ -62,8 +62,8 @@ import select
 import shutil
 import signal
 import socket
-import subprocess
 import struct
+import subprocess
 import sys
 import tempfile
 import time
@@ -180,13 +180,13 @@ class RecordReader:
                     length, length_crc = _HEADER.unpack_from(buf, pos)
                     expected = self._length_crcs.get(length)
                     if expected is None:  # events repeat a handful of sizes: one CRC per size, not per record
-                        expected = self._length_crcs[length] = crc(buf[pos:pos + 8])
+                        expected = self._length_crcs[length] = crc(buf[pos : pos + 8])
                     if expected != length_crc:
                         raise CorruptRecord(f"{self.path}: bad length CRC at byte {self.offset}")
                     end = pos + _HEADER.size + length + _CRC.size
                     if end > size:
                         break
-                    data = buf[pos + _HEADER.size:end - _CRC.size]
+                    data = buf[pos + _HEADER.size : end - _CRC.size]
                     if self.check_data and crc(data) != _CRC.unpack_from(buf, end - _CRC.size)[0]:
                         raise CorruptRecord(f"{self.path}: bad record CRC at byte {self.offset}")
                     self.offset += end - pos
@@ -275,7 +275,7 @@ class ScalarReader:
 
 def _name_epoch(path):
     """Creation time embedded in the name (events.out.tfevents.<epoch>.<host>...), else the mtime."""
-    part = os.path.basename(path)[len(EVENT_PREFIX):].split(".", 1)[0]
+    part = os.path.basename(path)[len(EVENT_PREFIX) :].split(".", 1)[0]
     if part.isdigit():
         return int(part)
     try:
@@ -380,14 +380,19 @@ class Latest:
         out = []
         step = self.values.get(STEP_METRIC)
         if step:
-            out.append(f"# HELP {STEP_METRIC} {_help(STEP_METRIC, None)}\n# TYPE {STEP_METRIC} gauge\n"
-                       f"{STEP_METRIC}{lbl} {int(step[2])} {step[1]}\n")
-        out.append(f"# HELP {FILL_METRIC} Always 0: the bridge exports real TensorBoard values only, never "
-                   f"repeated fills\n# TYPE {FILL_METRIC} gauge\n{FILL_METRIC}{lbl} 0\n")
+            out.append(
+                f"# HELP {STEP_METRIC} {_help(STEP_METRIC, None)}\n# TYPE {STEP_METRIC} gauge\n"
+                f"{STEP_METRIC}{lbl} {int(step[2])} {step[1]}\n"
+            )
+        out.append(
+            f"# HELP {FILL_METRIC} Always 0: the bridge exports real TensorBoard values only, never "
+            f"repeated fills\n# TYPE {FILL_METRIC} gauge\n{FILL_METRIC}{lbl} 0\n"
+        )
         for name, (tag, ms, value) in self.values.items():
             if name != STEP_METRIC:
-                out.append(f"# HELP {name} {_help(name, tag)}\n# TYPE {name} gauge\n"
-                           f"{name}{lbl} {format_value(value)} {ms}\n")
+                out.append(
+                    f"# HELP {name} {_help(name, tag)}\n# TYPE {name} gauge\n{name}{lbl} {format_value(value)} {ms}\n"
+                )
         return "".join(out)
 
 
@@ -467,9 +472,11 @@ def serve(args):
         signal.signal(sig, on_signal)
     signal.set_wakeup_fd(wake_w)
     _write_atomic(pidfile, f"{os.getpid()}\n")
-    log(f"pid {os.getpid()}: looking for {EVENT_PREFIX}* under {args.logdir}"
+    log(
+        f"pid {os.getpid()}: looking for {EVENT_PREFIX}* under {args.logdir}"
         f"{f' created since {args.since}' if args.since else ''}, writing {out} every {args.interval:g}s"
-        f"{f', until pid {args.parent_pid} exits' if args.parent_pid else ''}")
+        f"{f', until pid {args.parent_pid} exits' if args.parent_pid else ''}"
+    )
     waits = [wake_r] + ([watch.fd] if watch.fd is not None and watch.fd >= 0 else [])
     reader, latest = None, Latest(log)
     started = time.monotonic()
@@ -567,8 +574,11 @@ def _tsdb_in_use(tsdb):
         if not argv or os.path.basename(argv[0]) != "prometheus":
             continue
         for i, arg in enumerate(argv):
-            path = arg.split("=", 1)[1] if arg.startswith("--storage.tsdb.path=") else (
-                argv[i + 1] if arg == "--storage.tsdb.path" and i + 1 < len(argv) else None)
+            path = (
+                arg.split("=", 1)[1]
+                if arg.startswith("--storage.tsdb.path=")
+                else (argv[i + 1] if arg == "--storage.tsdb.path" and i + 1 < len(argv) else None)
+            )
             if path is not None and os.path.realpath(os.path.join(f"/proc/{pid}/cwd", path)) == want:
                 return True
     return False
@@ -630,17 +640,28 @@ def persist_head(tsdb, prometheus, log, ready_timeout=300):
     try:
         config = os.path.join(work, "prometheus.yml")
         with open(config, "w") as f:
-            f.write("# tb_bridge backfill: no targets\nglobal:\n  scrape_interval: 999h\n"
-                    "  evaluation_interval: 999h\nscrape_configs: []\n")
+            f.write(
+                "# tb_bridge backfill: no targets\nglobal:\n  scrape_interval: 999h\n"
+                "  evaluation_interval: 999h\nscrape_configs: []\n"
+            )
         logfile = os.path.join(work, "prometheus.log")
         for _attempt in range(3):
             port = _free_port()
             with open(logfile, "w") as logf:
                 proc = subprocess.Popen(
-                    [prometheus, f"--config.file={config}", f"--storage.tsdb.path={tsdb}",
-                     f"--web.listen-address=127.0.0.1:{port}", "--web.enable-admin-api",
-                     "--storage.tsdb.retention.time=10y"],
-                    stdin=subprocess.DEVNULL, stdout=logf, stderr=subprocess.STDOUT, start_new_session=True)
+                    [
+                        prometheus,
+                        f"--config.file={config}",
+                        f"--storage.tsdb.path={tsdb}",
+                        f"--web.listen-address=127.0.0.1:{port}",
+                        "--web.enable-admin-api",
+                        "--storage.tsdb.retention.time=10y",
+                    ],
+                    stdin=subprocess.DEVNULL,
+                    stdout=logf,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
             try:
                 base = f"http://127.0.0.1:{port}"
                 deadline = time.monotonic() + ready_timeout
@@ -659,8 +680,10 @@ def persist_head(tsdb, prometheus, log, ready_timeout=300):
                     if "lock DB directory" in text:
                         raise BridgeError(f"{tsdb} is in use by a running Prometheus: stop it before the backfill")
                     last = [ln for ln in text.splitlines() if "level=error" in ln or "err=" in ln][-1:]
-                    raise BridgeError(f"a temporary Prometheus on {tsdb} exited at startup: "
-                                      f"{last[0] if last else text.strip()[-300:]}")
+                    raise BridgeError(
+                        f"a temporary Prometheus on {tsdb} exited at startup: "
+                        f"{last[0] if last else text.strip()[-300:]}"
+                    )
                 if time.monotonic() >= deadline:
                     raise BridgeError(f"a temporary Prometheus on {tsdb} was not ready after {ready_timeout}s")
                 _, body = _http(base + "/api/v1/admin/tsdb/snapshot?skip_head=false", method="POST", timeout=600)
@@ -723,34 +746,41 @@ def backfill(args):
     if _wal_has_data(args.tsdb):
         prometheus = _find_tool("prometheus", args.prometheus, env="PROMETHEUS_BIN")
         if not prometheus:
-            raise BridgeError("prometheus not found (PROMETHEUS_BIN, PATH, /usr/bin): it is needed to persist the "
-                              "TSDB's WAL before adding blocks (else Prometheus would drop WAL data); pass --prometheus")
+            raise BridgeError(
+                "prometheus not found (PROMETHEUS_BIN, PATH, /usr/bin): it is needed to persist the "
+                "TSDB's WAL before adding blocks (else Prometheus would drop WAL data); pass --prometheus"
+            )
         persist_head(args.tsdb, prometheus, log)
     work = tempfile.mkdtemp(prefix="tb_bridge.")
     try:
         om = os.path.join(work, "tensorboard.om")
         with open(om, "w") as f:
             f.write(openmetrics_text(series, final))
-        proc = subprocess.run([promtool, "tsdb", "create-blocks-from", "openmetrics", om, args.tsdb],
-                              capture_output=True, text=True)
+        proc = subprocess.run(
+            [promtool, "tsdb", "create-blocks-from", "openmetrics", om, args.tsdb], capture_output=True, text=True
+        )
         if proc.returncode != 0:
             why = (proc.stderr.strip() or proc.stdout.strip()).splitlines()
-            raise BridgeError(f"promtool create-blocks-from failed (exit {proc.returncode}): "
-                              f"{why[-1] if why else 'no output'}")
+            raise BridgeError(
+                f"promtool create-blocks-from failed (exit {proc.returncode}): {why[-1] if why else 'no output'}"
+            )
     finally:
         shutil.rmtree(work, ignore_errors=True)
     steps = len(series.get(STEP_METRIC, ("", []))[1])
     label_text = ",".join(f'{k}="{v}"' for k, v in sorted(final.items()))
-    log(f"backfilled {samples} samples in {len(series)} series ({steps} steps) from {len(files)} event file(s) "
-        f"into {args.tsdb}, labels {{{label_text}}}")
+    log(
+        f"backfilled {samples} samples in {len(series)} series ({steps} steps) from {len(files)} event file(s) "
+        f"into {args.tsdb}, labels {{{label_text}}}"
+    )
     return 0
 
 
 # ---- command line -----------------------------------------------------------------------------------------
 def _parser():
-    ap = argparse.ArgumentParser(prog="python -m jobkit.tb_bridge",
-                                 description="TensorBoard scalars as Prometheus gauges: live (serve) and after the job "
-                                             "(backfill).")
+    ap = argparse.ArgumentParser(
+        prog="python -m jobkit.tb_bridge",
+        description="TensorBoard scalars as Prometheus gauges: live (serve) and after the job (backfill).",
+    )
     sub = ap.add_subparsers(dest="command", required=True)
     s = sub.add_parser("serve", help="daemon: keep FILE up to date with the newest value of every scalar")
     s.add_argument("--logdir", required=True, help="where to look for event files (recursively)")
@@ -762,13 +792,19 @@ def _parser():
     b = sub.add_parser("backfill", help="add every step of the event files to a stopped Prometheus's TSDB")
     b.add_argument("--logdir", required=True, help="dir searched recursively for event files, or one event file")
     b.add_argument("--tsdb", required=True, help="the TSDB dir (e.g. <job_dir>/prometheus); its Prometheus stopped")
-    b.add_argument("--label", action="append", metavar="NAME=VALUE",
-                   help="a label Prometheus attached when scraping (job, instance, file_sd labels); repeatable")
+    b.add_argument(
+        "--label",
+        action="append",
+        metavar="NAME=VALUE",
+        help="a label Prometheus attached when scraping (job, instance, file_sd labels); repeatable",
+    )
     b.add_argument("--host", help="the bridge's own host label (default: --label host, else this host's name)")
     b.add_argument("--since", type=int, default=0, help="ignore event files created before this epoch second")
     b.add_argument("--promtool", help="promtool binary (default: PATH, then /usr/bin/promtool)")
-    b.add_argument("--prometheus", help="prometheus binary, to persist the WAL first (default: $PROMETHEUS_BIN, "
-                                        "PATH, /usr/bin/prometheus)")
+    b.add_argument(
+        "--prometheus",
+        help="prometheus binary, to persist the WAL first (default: $PROMETHEUS_BIN, PATH, /usr/bin/prometheus)",
+    )
     b.add_argument("--dry-run", action="store_true", help="print the OpenMetrics text, touch nothing")
     return ap
 

@@ -10,8 +10,8 @@ import math
 import statistics
 from dataclasses import dataclass, field
 
-from jobkit.logparse import JobLog, StepEntry
 from jobkit.config import load_yaml_keys, parse_overrides
+from jobkit.logparse import JobLog, StepEntry
 
 DEFAULT_STEADY = (5, 14)
 METRICS = ("tgs", "tflops", "mfu", "seconds")
@@ -192,8 +192,7 @@ def _warnings(s: Summary) -> list[str]:
     a, b = s.steady_range
     if s.points and s.points[-1].step < b:
         out.append(
-            f"run logged steps {s.points[0].step}-{s.points[-1].step}; "
-            f"the steady window {a}-{b} needs steps>={b + 1}"
+            f"run logged steps {s.points[0].step}-{s.points[-1].step}; the steady window {a}-{b} needs steps>={b + 1}"
         )
     mean = s.tgs
     if mean:
@@ -270,7 +269,12 @@ def to_dict(s: Summary) -> dict:
         "final_loss": _clean(s.final_loss),
         "loss_mismatch_steps": s.loss_mismatch_steps,
         "per_step": [
-            {"step": p.step, "entries": p.entries, "loss": _clean(p.loss), **{m: _clean(getattr(p, m)) for m in METRICS}}
+            {
+                "step": p.step,
+                "entries": p.entries,
+                "loss": _clean(p.loss),
+                **{m: _clean(getattr(p, m)) for m in METRICS},
+            }
             for p in s.points
         ],
         "warnings": s.warnings,

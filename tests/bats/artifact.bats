@@ -1,10 +1,10 @@
 #!/usr/bin/env bats
-# Code snapshots for submitted jobs (utils/artifact.sh).
+# Code snapshots for submitted jobs (utils/lib/artifact.sh).
 
 load test_helper
 
 setup() {
-  source "$REPO_DIR/utils/artifact.sh"
+  source "$REPO_DIR/utils/lib/artifact.sh"
   SRC=$BATS_TEST_TMPDIR/src WS=$BATS_TEST_TMPDIR/ws
   mkdir -p "$SRC/utils" "$SRC/outputs/old" "$SRC/.venv/bin"
   (cd "$SRC" && git init -q && git config user.email t@t && git config user.name t)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bats
-# The container tier: runtime detection (utils/container_runtime.sh) and _container.sh in docker, podman
+# The container tier: runtime detection (utils/lib/container_runtime.sh) and _container.sh in docker, podman
 # (stubbed CLIs that record their argv) and native mode (for real, with a stub _train.sh).
 # Literal $ in single quotes is meant (SC2016); bats runs each test in a subshell on purpose (SC2030/SC2031).
 # shellcheck disable=SC2016,SC2030,SC2031
@@ -25,7 +25,7 @@ setup() {
 
 # detect ARG...: runs detect_container_runtime in a fresh bash under the sandbox PATH.
 detect() {
-  run env PATH="$SANDBOX_BIN" bash -c 'source "$1"; detect_container_runtime' run_local.sh "$REPO_DIR/utils/container_runtime.sh"
+  run env PATH="$SANDBOX_BIN" bash -c 'source "$1"; detect_container_runtime' run_local.sh "$REPO_DIR/utils/lib/container_runtime.sh"
 }
 
 # ---------------------------------------------------------------------------------------- detection

@@ -1,10 +1,10 @@
 #!/usr/bin/env bats
-# GPU vendor detection (utils/gpu_detect.sh) on recorded sysfs/procfs shapes.
+# GPU vendor detection (utils/lib/gpu_detect.sh) on recorded sysfs/procfs shapes.
 
 load test_helper
 
 setup() {
-  source "$REPO_DIR/utils/gpu_detect.sh"
+  source "$REPO_DIR/utils/lib/gpu_detect.sh"
   FIX=$REPO_DIR/tests/fixtures/sysfs
 }
 

@@ -1,9 +1,9 @@
 #!/usr/bin/env bats
-# The job log's header and summary (utils/job_log.sh): shapes that tools parse.
+# The job log's header and summary (utils/lib/job_log.sh): shapes that tools parse.
 
 load test_helper
 
-setup() { source "$REPO_DIR/utils/job_log.sh"; }
+setup() { source "$REPO_DIR/utils/lib/job_log.sh"; }
 
 @test "local job ids look like local_<YYYYmmdd_HHMMSS>_<4 hex> and differ" {
   local a b

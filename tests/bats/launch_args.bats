@@ -1,11 +1,11 @@
 #!/usr/bin/env bats
-# The launch grammar (utils/launch_args.sh): spec parsing, passthrough validation, tags, name length.
+# The launch grammar (utils/lib/launch_args.sh): spec parsing, passthrough validation, tags, name length.
 
 load test_helper
 
 setup() {
-  # shellcheck source=../../utils/launch_args.sh
-  source "$REPO_DIR/utils/launch_args.sh"
+  # shellcheck source=../../utils/lib/launch_args.sh
+  source "$REPO_DIR/utils/lib/launch_args.sh"
 }
 
 @test "plain model: no alias, no tag" {

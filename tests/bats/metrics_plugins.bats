@@ -1,13 +1,13 @@
 #!/usr/bin/env bats
-# utils/host_metrics_plugin.sh and utils/gpu_metrics_plugin.sh on fixture trees (tests/fixtures/metrics/).
+# utils/plugins/host_metrics_plugin.sh and utils/plugins/gpu_metrics_plugin.sh on fixture trees (tests/fixtures/metrics/).
 
 load test_helper
 bats_require_minimum_version 1.5.0
 
 setup() {
   FIX=$REPO_DIR/tests/fixtures/metrics
-  HOSTP=$REPO_DIR/utils/host_metrics_plugin.sh
-  GPUP=$REPO_DIR/utils/gpu_metrics_plugin.sh
+  HOSTP=$REPO_DIR/utils/plugins/host_metrics_plugin.sh
+  GPUP=$REPO_DIR/utils/plugins/gpu_metrics_plugin.sh
 }
 
 # Every non-comment line is `name{labels} value`, host first; every family has HELP and TYPE.

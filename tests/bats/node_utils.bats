@@ -9,10 +9,10 @@ teardown() {
   stop_listener
 }
 
-# --- utils/cluster_ip.sh ---------------------------------------------------------------------------------------
+# --- utils/lib/cluster_ip.sh ---------------------------------------------------------------------------------------
 
 @test "cluster IP: a RoCE node's 10/8 frontend wins over 192.168 NICs and docker, podman, k3s, libvirt bridges" {
-  source "$REPO_DIR/utils/cluster_ip.sh"
+  source "$REPO_DIR/utils/lib/cluster_ip.sh"
   ip_from "$NET_FIX/roce-bnxt/ip-4-o-addr.txt"
   network_spies
   run detect_cluster_ip
@@ -27,7 +27,7 @@ teardown() {
 }
 
 @test "cluster IP: 172.16/12 comes before 192.168/16, whatever the interface order" {
-  source "$REPO_DIR/utils/cluster_ip.sh"
+  source "$REPO_DIR/utils/lib/cluster_ip.sh"
   ip_from "$NET_FIX/ib-mlx5/ip-4-o-addr.txt"
   run detect_cluster_ip
   [ "$status" -eq 0 ]
@@ -35,7 +35,7 @@ teardown() {
 }
 
 @test "cluster IP: two 10/8 interfaces are decided by name, not by the kernel's listing order" {
-  source "$REPO_DIR/utils/cluster_ip.sh"
+  source "$REPO_DIR/utils/lib/cluster_ip.sh"
   ip_from "$NET_FIX/no-ib/ip-4-o-addr.txt"
   [[ $(head -2 "$NET_FIX/no-ib/ip-4-o-addr.txt") == *eth0* ]]
   run detect_cluster_ip
@@ -43,7 +43,7 @@ teardown() {
 }
 
 @test "cluster IP: only public or container addresses is an error that names CLUSTER_IP, and asks no one" {
-  source "$REPO_DIR/utils/cluster_ip.sh"
+  source "$REPO_DIR/utils/lib/cluster_ip.sh"
   network_spies
   ip_from "$NET_FIX/ip-4-o-addr-public-only.txt"
   run detect_cluster_ip
@@ -57,14 +57,14 @@ teardown() {
 }
 
 @test "cluster IP: a docker0 moved into 10/8 (daemon.json \"bip\") is still skipped, by its name" {
-  source "$REPO_DIR/utils/cluster_ip.sh"
+  source "$REPO_DIR/utils/lib/cluster_ip.sh"
   ip_from "$NET_FIX/ip-4-o-addr-docker-bip-10.txt"
   run detect_cluster_ip
   [ "$output" = 192.168.10.5 ]
 }
 
 @test "cluster IP: CLUSTER_IP wins without running ip; a malformed one is refused" {
-  source "$REPO_DIR/utils/cluster_ip.sh"
+  source "$REPO_DIR/utils/lib/cluster_ip.sh"
   ip_from "$NET_FIX/roce-bnxt/ip-4-o-addr.txt"
   CLUSTER_IP=10.9.8.7 run detect_cluster_ip
   [ "$status" -eq 0 ]
@@ -76,7 +76,7 @@ teardown() {
 }
 
 @test "cluster IP: ip_of_interface, and a clear error when iproute2 is missing" {
-  source "$REPO_DIR/utils/cluster_ip.sh"
+  source "$REPO_DIR/utils/lib/cluster_ip.sh"
   ip_from "$NET_FIX/roce-bnxt/ip-4-o-addr.txt"
   run ip_of_interface ens13np0
   [ "$output" = 192.168.13.41 ]
@@ -89,10 +89,10 @@ teardown() {
   [[ $output == *"ip command (iproute2) is not installed"* ]]
 }
 
-# --- utils/free_port.sh ---------------------------------------------------------------------------------------
+# --- utils/lib/free_port.sh ---------------------------------------------------------------------------------------
 
 @test "free port: a port with a real IPv4 listener is never chosen" {
-  source "$REPO_DIR/utils/free_port.sh"
+  source "$REPO_DIR/utils/lib/free_port.sh"
   start_listener 4
   local p=$LISTENER_PORT
   FREE_PORT_RANGE=$p-$p run pick_free_port
@@ -104,7 +104,7 @@ teardown() {
 }
 
 @test "free port: IPv6 listeners (/proc/net/tcp6) count too" {
-  source "$REPO_DIR/utils/free_port.sh"
+  source "$REPO_DIR/utils/lib/free_port.sh"
   start_listener 6
   grep -q ":$(printf '%04X' "$LISTENER_PORT") " /proc/net/tcp6
   FREE_PORT_RANGE=$LISTENER_PORT-$LISTENER_PORT run pick_free_port
@@ -112,7 +112,7 @@ teardown() {
 }
 
 @test "free port: tcp_ports_in_use sees every state, --listening only listeners (recorded table shape)" {
-  source "$REPO_DIR/utils/free_port.sh"
+  source "$REPO_DIR/utils/lib/free_port.sh"
   local proc=$BATS_TEST_TMPDIR/net
   mkdir -p "$proc"
   # Lines as Linux writes them: 2024 listening, 2025 established, 2026 in TIME_WAIT; tcp6 with one listener (8265).
@@ -139,7 +139,7 @@ TABLE
 }
 
 @test "free port: a closed port is chosen unless excluded" {
-  source "$REPO_DIR/utils/free_port.sh"
+  source "$REPO_DIR/utils/lib/free_port.sh"
   start_listener 4
   local p=$LISTENER_PORT
   stop_listener
@@ -152,7 +152,7 @@ TABLE
 }
 
 @test "free port: the default range is 20000-59999 and draws are random" {
-  source "$REPO_DIR/utils/free_port.sh"
+  source "$REPO_DIR/utils/lib/free_port.sh"
   local -A seen=()
   local i port
   for ((i = 0; i < 30; i++)); do
@@ -165,7 +165,7 @@ TABLE
 }
 
 @test "free port: malformed settings are refused with a fix" {
-  source "$REPO_DIR/utils/free_port.sh"
+  source "$REPO_DIR/utils/lib/free_port.sh"
   FREE_PORT_RANGE=30000 run pick_free_port
   [ "$status" -eq 1 ]
   [[ $output == *"is not LOW-HIGH"* ]]
@@ -177,14 +177,14 @@ TABLE
   [ "$status" -eq 1 ]
 }
 
-# --- utils/nccl_env.sh ---------------------------------------------------------------------------------------
+# --- utils/lib/nccl_env.sh ---------------------------------------------------------------------------------------
 
 # nccl_on NODE_DIR: runs detect_nccl_env in a clean environment against that recorded node; prints the NCCL_*
 # variables it exported (stdout) after its stderr.
 nccl_on() {
   ip_from "$1/ip-4-o-addr.txt"
   run env -u NCCL_IB_HCA -u NCCL_IB_GID_INDEX -u NCCL_SOCKET_IFNAME NCCL_SYSFS_ROOT="$1" "${@:2}" \
-    bash -c 'source "$REPO_DIR/utils/nccl_env.sh"; detect_nccl_env 2>&1; env | grep "^NCCL_[A-Z_]*=" | grep -v SYSFS | sort'
+    bash -c 'source "$REPO_DIR/utils/lib/nccl_env.sh"; detect_nccl_env 2>&1; env | grep "^NCCL_[A-Z_]*=" | grep -v SYSFS | sort'
 }
 
 @test "nccl env: 8 Broadcom RoCE ports give the HCA list, RoCE v2 IPv4 GID 3 and the 10/8 frontend" {

@@ -1,12 +1,12 @@
 #!/usr/bin/env bats
-# utils/ray_cluster.sh helpers that need no running Ray node (starting, joining and stopping nodes is tested
+# utils/lib/ray_cluster.sh helpers that need no running Ray node (starting, joining and stopping nodes is tested
 # with real Ray in tests/py/test_ray_launch.py).
 
 load test_helper
 
 # Runs _ray_start_cmd on $1 and leaves its words in the array CMD.
 start_cmd_of() {
-  source "$REPO_DIR/utils/ray_cluster.sh"
+  source "$REPO_DIR/utils/lib/ray_cluster.sh"
   mapfile -d '' -t CMD < <(_ray_start_cmd "$1")
 }
 

@@ -1,10 +1,10 @@
 #!/usr/bin/env bats
-# Model resolution (utils/resolve_model.sh): exact name, alias table, unique substring, clear errors.
+# Model resolution (utils/lib/resolve_model.sh): exact name, alias table, unique substring, clear errors.
 
 load test_helper
 
 setup() {
-  source "$REPO_DIR/utils/resolve_model.sh"
+  source "$REPO_DIR/utils/lib/resolve_model.sh"
   CONFIGS=$BATS_TEST_TMPDIR/configs
   mkdir -p "$CONFIGS"
   for m in ds-proxy ds-proxy-e128 grok-1 grok-2 llama2-70b llama3-70b; do : >"$CONFIGS/$m.yml"; done

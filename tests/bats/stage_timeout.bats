@@ -1,10 +1,10 @@
 #!/usr/bin/env bats
-# Stage time limits (utils/stage_timeout.sh): defaults, STAGE_TIMEOUTS overrides and their errors, stage lines.
+# Stage time limits (utils/lib/stage_timeout.sh): defaults, STAGE_TIMEOUTS overrides and their errors, stage lines.
 
 load test_helper
 
 setup() {
-  source "$REPO_DIR/utils/stage_timeout.sh"
+  source "$REPO_DIR/utils/lib/stage_timeout.sh"
   unset STAGE_TIMEOUTS
 }
 

@@ -1,12 +1,12 @@
 #!/usr/bin/env bats
-# utils/tb_metrics_plugin.sh: rank-0 gate, the reader daemon's start and reuse, output with bash builtins only.
+# utils/plugins/tb_metrics_plugin.sh: rank-0 gate, the reader daemon's start and reuse, output with bash builtins only.
 # The fixture is a trimmed copy of a real MaxText run's event file (tests/fixtures/tensorboard/).
 
 load test_helper
 bats_require_minimum_version 1.5.0
 
 setup() {
-  PLUGIN=$REPO_DIR/utils/tb_metrics_plugin.sh
+  PLUGIN=$REPO_DIR/utils/plugins/tb_metrics_plugin.sh
   export VENV_DIR=$REPO_DIR/.venv TMPDIR=$BATS_TEST_TMPDIR TB_BRIDGE_INTERVAL=0.2
   export JOB_WORKSPACE=$BATS_TEST_TMPDIR/ws JOB_DIR=local_20261123_000000_ab12-JAX-tiny NODE_RANK=0
   export OUTPUT_PATH=$JOB_WORKSPACE/$JOB_DIR

@@ -57,8 +57,13 @@ class View:
 
     def __init__(self, target, port, env=None):
         t0 = time.monotonic()
-        self.proc = subprocess.Popen([str(SCRIPT), "view", str(target), "-p", str(port)], stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, text=True, env=env)
+        self.proc = subprocess.Popen(
+            [str(SCRIPT), "view", str(target), "-p", str(port)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
         self.header = []
         for line in self.proc.stdout:
             self.header.append(line)

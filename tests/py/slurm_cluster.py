@@ -50,8 +50,13 @@ def state_dir() -> Path:
 def script(*args: str, timeout: float = 600, check: bool = False) -> subprocess.CompletedProcess:
     """Run utils/local_cluster.sh with ARGS; returns the completed process (text, captured)."""
     return subprocess.run(
-        [str(SCRIPT), *args], capture_output=True, text=True, timeout=timeout, check=check,
-        stdin=subprocess.DEVNULL, env=tool_env(),
+        [str(SCRIPT), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=check,
+        stdin=subprocess.DEVNULL,
+        env=tool_env(),
     )
 
 
@@ -93,7 +98,8 @@ class LocalCluster:
         result = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL, **kw)
         if check and result.returncode != 0:
             raise AssertionError(
-                f"{argv} exited {result.returncode}\nstdout:\n{result.stdout}\nstderr:\n{result.stderr}")
+                f"{argv} exited {result.returncode}\nstdout:\n{result.stdout}\nstderr:\n{result.stderr}"
+            )
         return result
 
     def job_record(self, job_id: str | int) -> dict[str, str] | None:

@@ -11,12 +11,15 @@ def test_positive_seconds_accepts_numbers_above_zero(text, expected):
     assert positive_seconds(text) == expected
 
 
-@pytest.mark.parametrize("main, argv", [
-    (exporter.main, ["--interval", "0"]),
-    (exporter.main, ["--timeout", "-2"]),
-    (exporter.main, ["--interval", "ten"]),
-    (tb_bridge.main, ["serve", "--logdir", "/nonexistent", "--out", "/nonexistent/x.prom", "--interval", "nan"]),
-])
+@pytest.mark.parametrize(
+    "main, argv",
+    [
+        (exporter.main, ["--interval", "0"]),
+        (exporter.main, ["--timeout", "-2"]),
+        (exporter.main, ["--interval", "ten"]),
+        (tb_bridge.main, ["serve", "--logdir", "/nonexistent", "--out", "/nonexistent/x.prom", "--interval", "nan"]),
+    ],
+)
 def test_daemons_refuse_a_non_positive_interval_with_a_usage_error(main, argv, capsys):
     with pytest.raises(SystemExit) as exc:
         main(argv)

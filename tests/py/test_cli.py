@@ -111,7 +111,10 @@ def test_python_dash_m_entry_point():
     env = dict(os.environ, PYTHONPATH=str(PY_DIR))
     done = subprocess.run(
         [sys.executable, "-m", "jobkit", "tgs", "--line", MFU_LOG, "--status", "SUCCESS"],
-        capture_output=True, text=True, env=env, timeout=60,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
     )
     assert done.returncode == 0
     assert LINE_RE.fullmatch(done.stdout)

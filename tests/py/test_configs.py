@@ -41,8 +41,16 @@ EXPECTED = {
     "llama3.1-405b": dict(model_name="llama3.1-405b", emb_dim=16384, num_decoder_layers=126, vocab_size=128256),
     "mixtral-8x22b": dict(model_name="mixtral-8x22b", emb_dim=6144, num_experts=8, num_experts_per_tok=2),
     "grok-1": dict(
-        model_name="default", decoder_block="mixtral", emb_dim=6144, num_query_heads=48, num_kv_heads=8,
-        head_dim=128, mlp_dim=32768, num_decoder_layers=64, num_experts=8, num_experts_per_tok=2,
+        model_name="default",
+        decoder_block="mixtral",
+        emb_dim=6144,
+        num_query_heads=48,
+        num_kv_heads=8,
+        head_dim=128,
+        mlp_dim=32768,
+        num_decoder_layers=64,
+        num_experts=8,
+        num_experts_per_tok=2,
         vocab_size=131072,
     ),
     "deepseek3-671b": dict(model_name="deepseek3-671b", decoder_block="deepseek", emb_dim=7168, num_experts=256),
@@ -118,9 +126,19 @@ def _loader_env():
 def run_loader(requests, tmp_path):
     """Loads [(label, path)] with MaxText in one child process; returns {label: result}."""
     proc = subprocess.run(
-        [sys.executable, "-c", _LOADER, json.dumps([[lbl, str(p)] for lbl, p in requests]), str(tmp_path),
-         json.dumps(NODE_COUNTS)],
-        cwd=tmp_path, env=_loader_env(), capture_output=True, text=True, timeout=300,
+        [
+            sys.executable,
+            "-c",
+            _LOADER,
+            json.dumps([[lbl, str(p)] for lbl, p in requests]),
+            str(tmp_path),
+            json.dumps(NODE_COUNTS),
+        ],
+        cwd=tmp_path,
+        env=_loader_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     results = {}
     for line in proc.stdout.splitlines():
@@ -141,9 +159,19 @@ BOGUS_KEY = "definitely_not_a_maxtext_key"
 # built on the cluster. These are the values MaxText 0.2.5's attention op and decoder act on.
 ATTENTION_KERNELS = {"autoselected", "dot_product", "flash", "cudnn_flash_te", "cudnn_flash_jax"}
 REMAT_POLICIES = {
-    "full", "minimal", "minimal_with_context", "minimal_with_quantization", "minimal_with_context_and_quantization",
-    "save_dot_with_context_except_mlp", "save_dot_except_mlpwi", "save_dot_except_mlp", "save_qkv_proj",
-    "qkv_proj_offloaded", "minimal_offloaded", "custom", "save_out_proj",
+    "full",
+    "minimal",
+    "minimal_with_context",
+    "minimal_with_quantization",
+    "minimal_with_context_and_quantization",
+    "save_dot_with_context_except_mlp",
+    "save_dot_except_mlpwi",
+    "save_dot_except_mlp",
+    "save_qkv_proj",
+    "qkv_proj_offloaded",
+    "minimal_offloaded",
+    "custom",
+    "save_out_proj",
 }
 
 
@@ -218,7 +246,9 @@ def test_moe_settings_only_in_moe_configs():
         cfg = read_yml(name)
         moe = cfg.get("num_experts", 1) > 1 or EXPECTED[name].get("num_experts", 1) > 1
         for key in ("sparse_matmul", "megablox", "capacity_factor"):
-            assert (key in cfg) == moe, f"{name}: {key} {'missing from' if moe else 'set in'} a {'MoE' if moe else 'dense'} config"
+            assert (key in cfg) == moe, (
+                f"{name}: {key} {'missing from' if moe else 'set in'} a {'MoE' if moe else 'dense'} config"
+            )
         if moe:
             assert cfg["megablox"] is False, f"{name}: megablox is a TPU Pallas kernel (interpreted on GPUs)"
 
@@ -231,6 +261,7 @@ def test_an_unknown_key_is_rejected(loaded):
 
 
 # --- alias table ---
+
 
 def read_aliases():
     """[(line number, alias, target)] from configs/aliases; `#` starts a comment anywhere on a line."""
@@ -259,20 +290,34 @@ def test_alias_table_is_well_formed():
 def test_alias_table_has_the_documented_short_names():
     table = {alias: target for _, alias, target in read_aliases()}
     for alias, target in {
-        "70b": "llama2-70b", "mixtral": "mixtral-8x22b", "grok": "grok-1", "405b": "llama3.1-405b",
-        "8b": "llama3.1-8b", "deepseek": "deepseek3-671b", "671b": "deepseek3-671b", "kimi": "kimi-k2-1t",
-        "30b": "qwen3-30b-a3b", "480b": "qwen3-480b-a35b",
+        "70b": "llama2-70b",
+        "mixtral": "mixtral-8x22b",
+        "grok": "grok-1",
+        "405b": "llama3.1-405b",
+        "8b": "llama3.1-8b",
+        "deepseek": "deepseek3-671b",
+        "671b": "deepseek3-671b",
+        "kimi": "kimi-k2-1t",
+        "30b": "qwen3-30b-a3b",
+        "480b": "qwen3-480b-a35b",
     }.items():
         assert table.get(alias) == target, f"configs/aliases: {alias} should map to {target}"
 
 
 # --- per-model runtime env ---
 
+
 def source_env(model, passthrough, xla_flags="--from_the_image=1"):
     script = 'set -euo pipefail; source "$1" >/dev/null; printf %s "$XLA_FLAGS"'
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "XLA_FLAGS": xla_flags, "PASSTHROUGH_ARGS": passthrough}
-    proc = subprocess.run(["bash", "-c", script, "_", str(CONFIGS / f"{model}.env.sh")],
-                          env=env, capture_output=True, text=True, timeout=30, check=True)
+    proc = subprocess.run(
+        ["bash", "-c", script, "_", str(CONFIGS / f"{model}.env.sh")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    )
     return proc.stdout
 
 

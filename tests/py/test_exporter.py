@@ -11,8 +11,8 @@ import urllib.error
 import urllib.request
 
 import pytest
-
 from conftest import REPO
+
 from jobkit.exporter import parse_output
 
 EXPORTER = REPO / "utils" / "metrics_exporter.sh"
@@ -80,8 +80,19 @@ class Exporter:
         self.plugins = tmp_path / "plugins"
         self.plugins.mkdir(exist_ok=True)
         argv = [str(EXPORTER)] + (["--watchdog"] if watchdog else [])
-        argv += ["--address", "127.0.0.1", "--port", str(self.port), "--interval", "0.5", "--timeout", "1",
-                 "--plugins-dir", str(self.plugins), *extra]
+        argv += [
+            "--address",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--interval",
+            "0.5",
+            "--timeout",
+            "1",
+            "--plugins-dir",
+            str(self.plugins),
+            *extra,
+        ]
         self._argv = argv
         self.proc = None
 
@@ -126,11 +137,17 @@ def exporter(tmp_path):
 
 def test_parse_output_keeps_exposition_and_state():
     kept, state, dropped = parse_output(
-        "# HELP m A metric\n# TYPE m gauge\nm{host=\"h\",gpu=\"0\"} 1.5\nm2 -3e-2 1700000000000\n"
-        "m3{a=\"x\\\"y\"} NaN\n# just a comment\n\n# STATE a|b|1\n"
-        "9bad 1\nm{host=\"h\"} twelve\nm 1_000\nm{host=h} 1\nno value\n# TYPE m sometype\n")
-    assert kept == ["# HELP m A metric", "# TYPE m gauge", 'm{host="h",gpu="0"} 1.5', "m2 -3e-2 1700000000000",
-                    'm3{a="x\\"y"} NaN']
+        '# HELP m A metric\n# TYPE m gauge\nm{host="h",gpu="0"} 1.5\nm2 -3e-2 1700000000000\n'
+        'm3{a="x\\"y"} NaN\n# just a comment\n\n# STATE a|b|1\n'
+        '9bad 1\nm{host="h"} twelve\nm 1_000\nm{host=h} 1\nno value\n# TYPE m sometype\n'
+    )
+    assert kept == [
+        "# HELP m A metric",
+        "# TYPE m gauge",
+        'm{host="h",gpu="0"} 1.5',
+        "m2 -3e-2 1700000000000",
+        'm3{a="x\\"y"} NaN',
+    ]
     assert state == "a|b|1"
     assert len(dropped) == 6
 
@@ -155,8 +172,12 @@ def test_serves_two_plugins_and_404_elsewhere(exporter):
 def test_state_round_trip_and_plugin_environment(exporter, tmp_path):
     calls = tmp_path / "calls"
     e = exporter()
-    _plugin(e.plugins, "count", f'n=${{_PLUGIN_STATE:-0}}\necho "${{_PLUGIN_STATE-unset}} $1 $POLL_INTERVAL" >>{calls}\n'
-                                'echo "fake_count $n"\necho "# STATE $((n + 1))"\n')
+    _plugin(
+        e.plugins,
+        "count",
+        f'n=${{_PLUGIN_STATE:-0}}\necho "${{_PLUGIN_STATE-unset}} $1 $POLL_INTERVAL" >>{calls}\n'
+        'echo "fake_count $n"\necho "# STATE $((n + 1))"\n',
+    )
     e.start()
     e.wait_page(r"^fake_count [3-9]$")
     lines = calls.read_text().splitlines()
@@ -165,8 +186,12 @@ def test_state_round_trip_and_plugin_environment(exporter, tmp_path):
 
 def test_state_only_output_replays_cache(exporter):
     e = exporter()
-    _plugin(e.plugins, "tb", 'if [[ -z ${_PLUGIN_STATE:-} ]]; then echo "tb_step 42"; echo "# STATE 1"\n'
-                             'else echo "# STATE $((_PLUGIN_STATE + 1))"; fi\n')
+    _plugin(
+        e.plugins,
+        "tb",
+        'if [[ -z ${_PLUGIN_STATE:-} ]]; then echo "tb_step 42"; echo "# STATE 1"\n'
+        'else echo "# STATE $((_PLUGIN_STATE + 1))"; fi\n',
+    )
     e.start()
     e.wait_page(r'hw_exporter_cycles_total\{host="[^"]*"\} [4-9]')
     page = e.page()
@@ -190,15 +215,19 @@ def test_hung_plugin_does_not_block_others_and_is_replayed(exporter, tmp_path):
     pids = tmp_path / "pids"
     e = exporter()
     # Good on the first call, hangs (in a child, so only a process-group kill ends it) on every later one.
-    _plugin(e.plugins, "hang", f'if [[ -z ${{_PLUGIN_STATE:-}} ]]; then echo "hang_m 7"; echo "# STATE hung"; exit 0; fi\n'
-                               f'sleep 100 &\necho $! >>{pids}\nwait\n')
+    _plugin(
+        e.plugins,
+        "hang",
+        f'if [[ -z ${{_PLUGIN_STATE:-}} ]]; then echo "hang_m 7"; echo "# STATE hung"; exit 0; fi\n'
+        f"sleep 100 &\necho $! >>{pids}\nwait\n",
+    )
     _plugin(e.plugins, "fast", 'n=${_PLUGIN_STATE:-0}; echo "fast_m $n"; echo "# STATE $((n + 1))"\n')
     e.start()
     e.wait_page(r"^fast_m [4-9]$", timeout=15)
     page = e.page()
     assert "hang_m 7\n" in page
-    assert 'hw_plugin_up{host="%s",plugin="hang"} 0' % HOST in page
-    assert 'hw_plugin_up{host="%s",plugin="fast"} 1' % HOST in page
+    assert f'hw_plugin_up{{host="{HOST}",plugin="hang"}} 0' in page
+    assert f'hw_plugin_up{{host="{HOST}",plugin="fast"}} 1' in page
     # --timeout 1 is capped at --interval 0.5
     assert "plugin hang timed out after 0.5s (process group killed); replaying its last good output" in e.text()
     sleepers = [int(p) for p in pids.read_text().split()]
@@ -210,8 +239,12 @@ def test_hung_plugin_does_not_block_others_and_is_replayed(exporter, tmp_path):
 
 def test_invalid_lines_are_dropped_and_logged(exporter):
     e = exporter()
-    _plugin(e.plugins, "messy", 'echo "good_one{host=\\"$1\\"} 1"\necho "Traceback (most recent call last):"\n'
-                                'echo "bad-name 3"\necho "good_two 2.5 1700000000000"\necho "no_value{a=\\"b\\"}"\n')
+    _plugin(
+        e.plugins,
+        "messy",
+        'echo "good_one{host=\\"$1\\"} 1"\necho "Traceback (most recent call last):"\n'
+        'echo "bad-name 3"\necho "good_two 2.5 1700000000000"\necho "no_value{a=\\"b\\"}"\n',
+    )
     e.start()
     e.wait_page(r"^good_two ")
     page = e.page()
@@ -255,8 +288,9 @@ def test_watchdog_restarts_a_killed_engine(exporter, tmp_path):
     first = int(_wait(lambda: started.search(e.text()), what="engine start")[1])
     e.wait_page(r"hw_exporter_cycles_total")
     os.kill(first, signal.SIGKILL)
-    second = int(_wait(lambda: len(started.findall(e.text())) >= 2 and started.findall(e.text())[1],
-                       what="a restarted engine"))
+    second = int(
+        _wait(lambda: len(started.findall(e.text())) >= 2 and started.findall(e.text())[1], what="a restarted engine")
+    )
     assert second != first
     e.wait_page(r"hw_exporter_cycles_total")
     assert "engine died (status 137), restarting in 1s" in e.text()

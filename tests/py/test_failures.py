@@ -32,7 +32,9 @@ def test_killed_run_with_steps_uses_the_exit_code():
     assert (found.reason, found.detail) == ("killed-by-signal", "SIGKILL")
 
 
-@pytest.mark.parametrize("kw", [{"status": "CANCELLED"}, {"status": "cancelled", "exit_code": 0}, {"exit_code": 130}, {"exit_code": 143}])
+@pytest.mark.parametrize(
+    "kw", [{"status": "CANCELLED"}, {"status": "cancelled", "exit_code": 0}, {"exit_code": 130}, {"exit_code": 143}]
+)
 def test_cancelled(kw):
     assert classify_file("launch-tiny-20steps-mfu.log", **kw).reason == "cancelled"
 

@@ -37,7 +37,9 @@ def real_runs(tmp_path_factory):
     procs, started = {}, {}
     for name, cmd in cmds.items():
         started[name] = time.monotonic()
-        procs[name] = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        procs[name] = subprocess.Popen(
+            cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
     results = {}
     try:
         for name, proc in procs.items():
@@ -54,7 +56,9 @@ def real_runs(tmp_path_factory):
 def test_real_run_injects_mfu_and_exits_zero(real_runs):
     r = real_runs["ok"]
     assert r["rc"] == 0, r["err"][-2000:]
-    assert r["out"].splitlines()[0] == "[MFU] tracking: gpu=- dtype=bf16 peak=1 TFLOP/s (source=env HARDWARE_PEAK_TFLOPS)"
+    assert (
+        r["out"].splitlines()[0] == "[MFU] tracking: gpu=- dtype=bf16 peak=1 TFLOP/s (source=env HARDWARE_PEAK_TFLOPS)"
+    )
     steps = [l for l in (r["out"] + r["err"]).splitlines() if "completed step:" in l]
     assert len(steps) == 3
     for line in steps:
@@ -74,9 +78,14 @@ def test_step_lines_go_to_stderr(real_runs):
 def test_real_run_end_of_run_line(real_runs, tmp_path):
     r = real_runs["ok"]
     log = tmp_path / "job.log"
-    log.write_text("JOB_ID=local_20261122_101010_ab12\nJOB_NAME=JAX-tiny\nNNODES=1\nMODEL_NAME=tiny\n" + r["out"] + r["err"])
+    log.write_text(
+        "JOB_ID=local_20261122_101010_ab12\nJOB_NAME=JAX-tiny\nNNODES=1\nMODEL_NAME=tiny\n" + r["out"] + r["err"]
+    )
     line = tgs.format_line(tgs.summarize(logparse.parse_file(log)), cli.verdict(logparse.parse_file(log), "SUCCESS", 0))
-    assert line == "tiny 1N (job local_20261122_101010_ab12): TGS n/a (steady window 5-14 needs steps>=15, run logged 3) — PASS"
+    assert (
+        line
+        == "tiny 1N (job local_20261122_101010_ab12): TGS n/a (steady window 5-14 needs steps>=15, run logged 3) — PASS"
+    )
 
 
 def test_bogus_key_fails_as_config_error(real_runs):
@@ -164,7 +173,9 @@ def test_exit_code_mapping(capsys):
     assert "message" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("value, enabled", [(None, True), ("1", True), ("yes", True), ("0", False), ("false", False), ("no", False)])
+@pytest.mark.parametrize(
+    "value, enabled", [(None, True), ("1", True), ("yes", True), ("0", False), ("false", False), ("no", False)]
+)
 def test_fast_exit_switch(value, enabled):
     env = {} if value is None else {"MAXTEXT_FAST_EXIT": value}
     assert launch.fast_exit_enabled(env) is enabled

@@ -2,15 +2,14 @@
 
 import os
 import re
-import signal
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
 from pathlib import Path
 
 import pytest
-
 from slurm_cluster import PREFIX, SCRIPT, cluster_down, cluster_up, local_cluster, script, tool_env  # noqa: F401
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root")
@@ -99,7 +98,11 @@ def test_up_needs_root():
         copy.chmod(0o755)
         result = subprocess.run(
             ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", str(copy), "up"],
-            capture_output=True, text=True, timeout=30, env=tool_env(), cwd="/",
+            capture_output=True,
+            text=True,
+            timeout=30,
+            env=tool_env(),
+            cwd="/",
         )
     finally:
         shutil.rmtree(scratch)
@@ -152,8 +155,16 @@ def test_srun_runs_on_distinct_hosts_with_their_own_addresses(local_cluster):
 def test_sbatch_round_trip(local_cluster, tmp_path):
     start = time.monotonic()
     job_id = local_cluster.run(
-        ["sbatch", "--parsable", "-N", "1", f"--chdir={tmp_path}", "--output=job.out",
-         "--wrap", "echo hello from $(hostname) > result.txt"]
+        [
+            "sbatch",
+            "--parsable",
+            "-N",
+            "1",
+            f"--chdir={tmp_path}",
+            "--output=job.out",
+            "--wrap",
+            "echo hello from $(hostname) > result.txt",
+        ]
     ).stdout.strip()
     record = local_cluster.wait_job(job_id, timeout=60)
     assert record["JobState"] == "COMPLETED", record
@@ -164,8 +175,16 @@ def test_sbatch_round_trip(local_cluster, tmp_path):
 
 def test_batch_job_srun_spans_nodes_on_shared_storage(local_cluster, tmp_path):
     job_id = local_cluster.run(
-        ["sbatch", "--parsable", "-N", "2", f"--chdir={tmp_path}", "--output=job.out",
-         "--wrap", "srun -l sh -c 'echo $SLURM_PROCID > rank.$(hostname)'; srun -l hostname"]
+        [
+            "sbatch",
+            "--parsable",
+            "-N",
+            "2",
+            f"--chdir={tmp_path}",
+            "--output=job.out",
+            "--wrap",
+            "srun -l sh -c 'echo $SLURM_PROCID > rank.$(hostname)'; srun -l hostname",
+        ]
     ).stdout.strip()
     record = local_cluster.wait_job(job_id, timeout=60)
     assert record["JobState"] == "COMPLETED", record
@@ -200,14 +219,14 @@ def test_down_stops_everything_and_is_safe_twice(local_cluster):
 
 
 def test_down_after_a_crash_cleans_up(local_cluster):
-    job_id = local_cluster.run(["sbatch", "--parsable", "-N", "2", "--chdir=/tmp", "--output=/dev/null",
-                                "--wrap", "srun sleep 300"]).stdout.strip()
+    job_id = local_cluster.run(
+        ["sbatch", "--parsable", "-N", "2", "--chdir=/tmp", "--output=/dev/null", "--wrap", "srun sleep 300"]
+    ).stdout.strip()
     try:
         wait_running(local_cluster, job_id)
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline and not any(
-            Path(f"/proc/{p}/comm").read_text().strip() == "sleep"
-            for p in netns_pids(f"{PREFIX}-node2") if running(p)
+            Path(f"/proc/{p}/comm").read_text().strip() == "sleep" for p in netns_pids(f"{PREFIX}-node2") if running(p)
         ):
             time.sleep(0.1)
         daemons = recorded_pids(local_cluster.state_dir)

@@ -10,7 +10,20 @@ from conftest import FIXTURES, REPO, TOOLS
 
 from jobkit import gpu, mfu, mfu_stream, peaks
 
-REQUIRED = ["MI210", "MI250", "MI250X", "MI300A", "MI300X", "MI325X", "MI350X", "MI355X", "A100", "H100", "H200", "B200"]
+REQUIRED = [
+    "MI210",
+    "MI250",
+    "MI250X",
+    "MI300A",
+    "MI300X",
+    "MI325X",
+    "MI350X",
+    "MI355X",
+    "A100",
+    "H100",
+    "H200",
+    "B200",
+]
 # A real step line, taken from the recorded CPU run.
 REAL_STEP_LINE = next(
     line
@@ -102,7 +115,12 @@ def test_amd_smi_json():
 
 @pytest.mark.parametrize(
     "fixture, model",
-    [("nvidia-smi-h100.txt", "H100"), ("nvidia-smi-a100.txt", "A100"), ("nvidia-smi-h200.txt", "H200"), ("nvidia-smi-rtx4070tisuper.txt", None)],
+    [
+        ("nvidia-smi-h100.txt", "H100"),
+        ("nvidia-smi-a100.txt", "A100"),
+        ("nvidia-smi-h200.txt", "H200"),
+        ("nvidia-smi-rtx4070tisuper.txt", None),
+    ],
 )
 def test_nvidia_smi_names(fixture, model):
     found = gpu.parse_nvidia_smi((TOOLS / fixture).read_text())
@@ -247,7 +265,10 @@ def test_cpu_backend_is_not_reported_even_with_a_gpu_present():
 
 def test_no_accelerator_banner():
     banner = mfu.decide([], None, env={}, detect=lambda: None).banner()
-    assert banner == "[MFU] not reported: no known accelerator (set HARDWARE_PEAK_TFLOPS=<dense peak per device> to enable)"
+    assert (
+        banner
+        == "[MFU] not reported: no known accelerator (set HARDWARE_PEAK_TFLOPS=<dense peak per device> to enable)"
+    )
 
 
 def test_unknown_accelerator_banner_names_it():

@@ -15,7 +15,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from job_observation import header, live_processes_of
 from prom_query import View, api, free_port, pid_alive, wait_for
 
@@ -33,9 +32,16 @@ def ray_env(workspace, jax_cache, **extra):
     env = dict(os.environ)
     for name in ("XLA_FLAGS", "JAX_PLATFORMS", "TUNE_PROFILE", "VIRTUAL_ENV", "PYTHONPATH"):
         env.pop(name, None)
-    env.update(JOB_WORKSPACE=str(workspace), CONTAINER_RUNTIME="none", JAX_CACHE_DIR=str(jax_cache), RAY="1",
-               EXPORTER_INTERVAL="2", PROMETHEUS_PORT=str(free_port()), RAY_DASHBOARD_PORT=str(free_port()),
-               TENSORBOARD_PORT=str(free_port()))
+    env.update(
+        JOB_WORKSPACE=str(workspace),
+        CONTAINER_RUNTIME="none",
+        JAX_CACHE_DIR=str(jax_cache),
+        RAY="1",
+        EXPORTER_INTERVAL="2",
+        PROMETHEUS_PORT=str(free_port()),
+        RAY_DASHBOARD_PORT=str(free_port()),
+        TENSORBOARD_PORT=str(free_port()),
+    )
     env.update(extra)
     return env
 
@@ -61,6 +67,7 @@ def event_losses(job_dir):
                         losses[event.step] = value.simple_value
                     else:
                         from tensorboard.util import tensor_util
+
                         losses[event.step] = float(tensor_util.make_ndarray(value.tensor))
     return losses
 
@@ -79,7 +86,8 @@ def describe(pids):
     out = []
     for pid in pids:
         try:
-            out.append(f"{pid}: {Path(f'/proc/{pid}/cmdline').read_bytes().replace(b'\0', b' ')[:200]!r}")
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")[:200]
+            out.append(f"{pid}: {cmdline!r}")
         except OSError:
             pass
     return "\n".join(out)
@@ -88,8 +96,13 @@ def describe(pids):
 def test_ray_job_lands_every_step_host_and_ray_metrics_in_its_tsdb(tmp_path, jax_cache):
     steps = 12
     workspace = tmp_path / "ws"
-    result = subprocess.run([str(REPO / "run_local.sh"), "tiny", "--", f"steps={steps}"],
-                            env=ray_env(workspace, jax_cache), capture_output=True, text=True, timeout=600)
+    result = subprocess.run(
+        [str(REPO / "run_local.sh"), "tiny", "--", f"steps={steps}"],
+        env=ray_env(workspace, jax_cache),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     log, job_dir = only_job(workspace)
     text = log.read_text()
     assert result.returncode == 0, text[-4000:]
@@ -126,7 +139,7 @@ def test_ray_job_lands_every_step_host_and_ray_metrics_in_its_tsdb(tmp_path, jax
         # TensorBoard stores float32; Prometheus returns what the event held, formatted as float64.
         got = sorted(float(v) for _, v in samples)
         want = sorted(losses.values())
-        assert all(math.isclose(g, w, rel_tol=1e-6) for g, w in zip(got, want)), (got, want)
+        assert all(math.isclose(g, w, rel_tol=1e-6) for g, w in zip(got, want, strict=False)), (got, want)
 
         procs = view.query("hw_procs_running[2h]", at=end)
         assert [s["metric"]["host"] for s in procs] == [HOST], procs
@@ -141,9 +154,13 @@ def test_ray_that_cannot_start_still_trains(tmp_path, jax_cache):
     blocker.listen()
     try:
         busy = blocker.getsockname()[1]
-        result = subprocess.run([str(REPO / "run_local.sh"), "tiny", "--", "steps=3"],
-                                env=ray_env(workspace, jax_cache, RAY_PORT=str(busy)),
-                                capture_output=True, text=True, timeout=600)
+        result = subprocess.run(
+            [str(REPO / "run_local.sh"), "tiny", "--", "steps=3"],
+            env=ray_env(workspace, jax_cache, RAY_PORT=str(busy)),
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
     finally:
         blocker.close()
     log, job_dir = only_job(workspace)
@@ -158,12 +175,20 @@ def test_ray_that_cannot_start_still_trains(tmp_path, jax_cache):
 def test_kill9_of_the_whole_job_keeps_a_viewable_tsdb(tmp_path, jax_cache):
     workspace = tmp_path / "ws"
     env = ray_env(workspace, jax_cache)
-    proc = subprocess.Popen([str(REPO / "run_local.sh"), "tiny", "--", "steps=100000"], env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    proc = subprocess.Popen(
+        [str(REPO / "run_local.sh"), "tiny", "--", "steps=100000"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     try:
         log = wait_for(lambda: next(iter(workspace.glob("local_*.log")), None), 60, "the job log")
-        port = int(wait_for(lambda: re.search(r"Prometheus on 127\.0\.0\.1:(\d+)", log.read_text()), 120,
-                            "the job's Prometheus")[1])
+        port = int(
+            wait_for(
+                lambda: re.search(r"Prometheus on 127\.0\.0\.1:(\d+)", log.read_text()), 120, "the job's Prometheus"
+            )[1]
+        )
         # kill once the live Prometheus has scraped a training step: the TSDB must still hold it afterwards
         live = wait_for(lambda: api(port, "/api/v1/query", query="tb_step")["result"], 300, "a scraped tb_step")
         job_id = header(log.read_text())["JOB_ID"]

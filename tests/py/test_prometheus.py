@@ -5,8 +5,8 @@ target. Every process a test starts is stopped by its PID.
 """
 
 import json
-import re
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -16,18 +16,16 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
-
 from prom_query import View, api, free_port, pid_alive, wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "utils" / "prometheus.sh"
 METRIC = "prom_test_widget_total"
-EXPOSITION = f"# HELP {METRIC} A fixed test value.\n# TYPE {METRIC} counter\n{METRIC}{{kind=\"fixed\"}} 42\n"
+EXPOSITION = f'# HELP {METRIC} A fixed test value.\n# TYPE {METRIC} counter\n{METRIC}{{kind="fixed"}} 42\n'
 
 
 def sh(*args, env=None, timeout=60, check=True):
-    proc = subprocess.run([str(SCRIPT), *map(str, args)], capture_output=True, text=True, env=env,
-                          timeout=timeout)
+    proc = subprocess.run([str(SCRIPT), *map(str, args)], capture_output=True, text=True, env=env, timeout=timeout)
     if check and proc.returncode != 0:
         raise AssertionError(f"prometheus.sh {args} -> {proc.returncode}\n{proc.stdout}\n{proc.stderr}")
     return proc
@@ -80,8 +78,9 @@ def job(workspace, exporter, prometheus_bin):
     job_dir = workspace / "local_20261122_101010_ab12-JAX-tiny"
     targets = job_dir / "prometheus" / "targets"
     targets.mkdir(parents=True)
-    (targets / "exporter.json").write_text(json.dumps([{"targets": [f"127.0.0.1:{exporter}"],
-                                                        "labels": {"job": "exporter"}}]))
+    (targets / "exporter.json").write_text(
+        json.dumps([{"targets": [f"127.0.0.1:{exporter}"], "labels": {"job": "exporter"}}])
+    )
     yield job_dir
     pidfile = job_dir / "prometheus" / "prometheus.pid"
     if pidfile.exists():
@@ -167,8 +166,9 @@ def test_kill9_keeps_data_and_list(job, workspace):
 
     view = View(job, free_port())  # a job dir path
     try:
-        data = api(view.port, "/api/v1/query_range", query=f"timestamp({METRIC})", start=t_start - 10,
-                   end=t_kill + 5, step=1)
+        data = api(
+            view.port, "/api/v1/query_range", query=f"timestamp({METRIC})", start=t_start - 10, end=t_kill + 5, step=1
+        )
         newest = max(float(v) for series in data["result"] for _, v in series["values"])
         assert newest >= t_kill - 2.5, (newest, t_kill)  # at most ~one 1 s scrape interval lost
     finally:
@@ -192,6 +192,10 @@ def test_view_refuses_non_tsdb(tmp_path, prometheus_bin):
 
 def test_help_and_sourcing():
     assert sh("--help").stdout.startswith("Usage: prometheus.sh install")
-    out = subprocess.run(["bash", "-c", f"source {SCRIPT}; echo \"$-\"; declare -F prometheus_view"],
-                         capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        ["bash", "-c", f'source {SCRIPT}; echo "$-"; declare -F prometheus_view'],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     assert "e" not in out.splitlines()[0] and "prometheus_view" in out

@@ -1,6 +1,6 @@
-"""py/jobkit/ray_launch.py and utils/ray_cluster.sh against a real one-node Ray cluster.
+"""py/jobkit/ray_launch.py and utils/lib/ray_cluster.sh against a real one-node Ray cluster.
 
-One Ray head for the whole module (started and stopped through utils/ray_cluster.sh, on 127.0.0.1 with its own
+One Ray head for the whole module (started and stopped through utils/lib/ray_cluster.sh, on 127.0.0.1 with its own
 short --temp-dir); every test runs the launcher as a separate driver process against it. The head's
 environment carries a marker variable, which the launched commands must see (the node's environment is theirs),
 while no RAY_* variable may reach them. Nothing here uses `ray stop` or kills by name: the head is stopped by
@@ -23,7 +23,7 @@ from jobkit import ray_launch
 
 REPO = Path(__file__).resolve().parents[2]
 LIB = REPO / "utils" / "ray_cluster.sh"
-SHIM = REPO / "utils" / "pyspy_shim" / "py-spy"
+SHIM = REPO / "utils" / "shims" / "py-spy"
 VENV_BIN = Path(sys.executable).parent
 RAY_CLI = VENV_BIN / "ray"
 MARKER = ("JOBKIT_NODE_MARKER", "node env reaches the command")
@@ -51,9 +51,10 @@ def free_port() -> int:
 
 
 def lib(call: str, env: dict | None = None, timeout: float = 150) -> subprocess.CompletedProcess:
-    """Runs `source utils/ray_cluster.sh; <call>` in bash."""
-    return subprocess.run(["bash", "-c", f'source "{LIB}"; {call}'], capture_output=True, text=True,
-                          env=env, timeout=timeout)
+    """Runs `source utils/lib/ray_cluster.sh; <call>` in bash."""
+    return subprocess.run(
+        ["bash", "-c", f'source "{LIB}"; {call}'], capture_output=True, text=True, env=env, timeout=timeout
+    )
 
 
 def node_env() -> dict:
@@ -120,8 +121,13 @@ def cluster():
 def launch(cluster, *cmd, opts=(), **kwargs) -> subprocess.Popen:
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
     env["PYTHONPATH"] = str(REPO / "py")
-    return subprocess.Popen([sys.executable, "-m", "jobkit.ray_launch", "--address", cluster["address"], *opts,
-                             "--", *cmd], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, **kwargs)
+    return subprocess.Popen(
+        [sys.executable, "-m", "jobkit.ray_launch", "--address", cluster["address"], *opts, "--", *cmd],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+        **kwargs,
+    )
 
 
 def run(cluster, *cmd, opts=(), timeout=60, **kwargs) -> tuple[int, bytes, str]:
@@ -157,7 +163,7 @@ def test_command_gets_the_node_env_without_ray_variables(cluster, tmp_path):
     assert [k for k in env if k.startswith("RAY_")] == []
     for injected in ("OMP_NUM_THREADS", "PYTHONBREAKPOINT", "SPT_NOENV", "JOBKIT_PYSPY_SHIM_DIR", "LD_PRELOAD"):
         assert injected not in env, f"{injected}={env[injected]} comes from Ray, not from the node"
-    assert "pyspy_shim" not in env["PATH"]
+    assert "utils/shims" not in env["PATH"]
     assert env["PYTHONUNBUFFERED"] == "1"
     assert env["PWD"] == str(tmp_path)
 
@@ -186,7 +192,7 @@ def test_sigterm_stops_the_command_tree_and_exits_143(cluster, tmp_path):
     pid_file = tmp_path / "child.pid"
     (tmp_path / "loop.py").write_text(LOOPER)
     # The training process is a grandchild (a launcher shell in between), as with _train.sh.
-    proc = launch(cluster, "bash", "-c", f'{sys.executable} {tmp_path / "loop.py"} {pid_file}; echo after')
+    proc = launch(cluster, "bash", "-c", f"{sys.executable} {tmp_path / 'loop.py'} {pid_file}; echo after")
     try:
         child = int(wait_for(lambda: pid_file.exists() and pid_file.read_text(), 30, "the command to start"))
         t0 = time.monotonic()
@@ -205,7 +211,7 @@ def test_sigterm_stops_the_command_tree_and_exits_143(cluster, tmp_path):
 def test_driver_killed_hard_takes_the_command_along(cluster, tmp_path):
     pid_file = tmp_path / "child.pid"
     (tmp_path / "loop.py").write_text(LOOPER)
-    proc = launch(cluster, "bash", "-c", f'{sys.executable} {tmp_path / "loop.py"} {pid_file}')
+    proc = launch(cluster, "bash", "-c", f"{sys.executable} {tmp_path / 'loop.py'} {pid_file}")
     child = int(wait_for(lambda: pid_file.exists() and pid_file.read_text(), 30, "the command to start"))
     proc.kill()
     proc.wait()
@@ -218,7 +224,7 @@ def test_pyspy_shim_dumps_the_training_process_of_an_actor(cluster, tmp_path):
         pytest.skip("py-spy cannot attach to a non-child here (not root and yama ptrace_scope != 0)")
     pid_file = tmp_path / "child.pid"
     (tmp_path / "loop.py").write_text(LOOPER)
-    proc = launch(cluster, "bash", "-c", f'{sys.executable} {tmp_path / "loop.py"} {pid_file}')
+    proc = launch(cluster, "bash", "-c", f"{sys.executable} {tmp_path / 'loop.py'} {pid_file}")
     try:
         child = int(wait_for(lambda: pid_file.exists() and pid_file.read_text(), 30, "the command to start"))
         # The driver's stderr names the actor's worker PID, as the dashboard would pass it to py-spy.
@@ -227,8 +233,9 @@ def test_pyspy_shim_dumps_the_training_process_of_an_actor(cluster, tmp_path):
         worker = int(line.split("Ray worker pid ")[1].split(",")[0])
         assert worker != child
         env = dict(os.environ, PATH=f"{SHIM.parent}:{VENV_BIN}:{os.environ['PATH']}")
-        dump = subprocess.run(["py-spy", "dump", "-p", str(worker)], capture_output=True, text=True, env=env,
-                              timeout=30)
+        dump = subprocess.run(
+            ["py-spy", "dump", "-p", str(worker)], capture_output=True, text=True, env=env, timeout=30
+        )
         assert dump.returncode == 0, dump.stderr
         assert "jobkit_unique_training_loop" in dump.stdout
         assert f"Process {child}:" in dump.stdout
@@ -239,8 +246,9 @@ def test_pyspy_shim_dumps_the_training_process_of_an_actor(cluster, tmp_path):
             text = reply.read().decode()
         assert "jobkit_unique_training_loop" in text and f"Process {child}:" in text, text
         # Any other PID goes to the real py-spy unchanged.
-        other = subprocess.run(["py-spy", "dump", "-p", str(child)], capture_output=True, text=True, env=env,
-                               timeout=30)
+        other = subprocess.run(
+            ["py-spy", "dump", "-p", str(child)], capture_output=True, text=True, env=env, timeout=30
+        )
         assert other.returncode == 0 and "jobkit_unique_training_loop" in other.stdout
         assert "jobkit wrapper" not in other.stderr
     finally:
@@ -252,8 +260,22 @@ def test_unreachable_cluster_is_one_line_and_its_own_exit_code(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
     env["PYTHONPATH"] = str(REPO / "py")
     closed = free_port()
-    proc = subprocess.run([sys.executable, "-m", "jobkit.ray_launch", "--address", f"127.0.0.1:{closed}", "--",
-                           "touch", str(tmp_path / "ran")], capture_output=True, text=True, env=env, timeout=60)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "jobkit.ray_launch",
+            "--address",
+            f"127.0.0.1:{closed}",
+            "--",
+            "touch",
+            str(tmp_path / "ran"),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
     assert proc.returncode == ray_launch.EXIT_UNREACHABLE == 75
     assert proc.stdout == ""
     lines = proc.stderr.splitlines()
@@ -288,13 +310,29 @@ def test_status_helpers():
 
 
 def test_child_env_restores_the_node_values():
-    worker = {"PATH": "/shim:/usr/bin", "OMP_NUM_THREADS": "1", "RAY_JOB_ID": "01", "KEEP": "x",
-              "CUDA_VISIBLE_DEVICES": "", "JOBKIT_PYSPY_SHIM_DIR": "/shim"}
-    raylet = {"PATH": "/shim:/usr/bin", "KEEP": "x", "CUDA_VISIBLE_DEVICES": "0,1", "LD_PRELOAD": "jemalloc.so",
-              "JOBKIT_PYSPY_SHIM_DIR": "/shim"}
+    worker = {
+        "PATH": "/shim:/usr/bin",
+        "OMP_NUM_THREADS": "1",
+        "RAY_JOB_ID": "01",
+        "KEEP": "x",
+        "CUDA_VISIBLE_DEVICES": "",
+        "JOBKIT_PYSPY_SHIM_DIR": "/shim",
+    }
+    raylet = {
+        "PATH": "/shim:/usr/bin",
+        "KEEP": "x",
+        "CUDA_VISIBLE_DEVICES": "0,1",
+        "LD_PRELOAD": "jemalloc.so",
+        "JOBKIT_PYSPY_SHIM_DIR": "/shim",
+    }
     env = ray_launch.child_env(worker, raylet, "/work")
-    assert env == {"PATH": "/usr/bin", "KEEP": "x", "CUDA_VISIBLE_DEVICES": "0,1", "PYTHONUNBUFFERED": "1",
-                   "PWD": "/work"}
+    assert env == {
+        "PATH": "/usr/bin",
+        "KEEP": "x",
+        "CUDA_VISIBLE_DEVICES": "0,1",
+        "PYTHONUNBUFFERED": "1",
+        "PWD": "/work",
+    }
     # Without the raylet's environment: the known worker additions go.
     env = ray_launch.child_env(worker, None)
     assert "OMP_NUM_THREADS" not in env and "RAY_JOB_ID" not in env and env["KEEP"] == "x"
@@ -348,8 +386,14 @@ def test_output_sink_takes_the_commands_output_directly(monkeypatch, tmp_path):
     monkeypatch.setenv(*MARKER)
     monkeypatch.setattr(ray_launch, "_read_environ", lambda pid: node)
     runner = ray_launch.NodeRunner(0)
-    started = runner.start(["bash", "-c", f'echo "out ${{{MARKER[0]}}}"; echo "sink=${{{ray_launch.OUTPUT_SINK_VAR}:-}}"; '
-                                          "echo err >&2; exit 4"], str(tmp_path))
+    started = runner.start(
+        [
+            "bash",
+            "-c",
+            f'echo "out ${{{MARKER[0]}}}"; echo "sink=${{{ray_launch.OUTPUT_SINK_VAR}:-}}"; echo err >&2; exit 4',
+        ],
+        str(tmp_path),
+    )
     assert started["error"] is None
     events = list(runner.stream())
     assert events == [{"code": 4}], "with a sink nothing is streamed, only the exit status comes back"
@@ -400,9 +444,17 @@ def _program_pids(temp: str) -> dict[str, list[int]]:
             cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        name = ("gcs" if cmd[0].endswith(b"/gcs_server") else "raylet" if cmd[0].endswith(b"/raylet")
-                else "dashboard" if len(cmd) > 1 and cmd[1].endswith(b"dashboard/dashboard.py")
-                else "agent" if cmd[0].startswith(b"ray::DashboardAgent") else "other")
+        name = (
+            "gcs"
+            if cmd[0].endswith(b"/gcs_server")
+            else "raylet"
+            if cmd[0].endswith(b"/raylet")
+            else "dashboard"
+            if len(cmd) > 1 and cmd[1].endswith(b"dashboard/dashboard.py")
+            else "agent"
+            if cmd[0].startswith(b"ray::DashboardAgent")
+            else "other"
+        )
         found.setdefault(name, []).append(int(pid))
     return found
 

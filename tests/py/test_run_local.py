@@ -13,7 +13,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from job_observation import header, live_processes_of
 
 REPO = Path(__file__).resolve().parents[2]
@@ -57,9 +56,10 @@ def only_job(workspace):
     return log, job_dir
 
 
-
 def steps(log_text):
-    return {int(m.group(1)): (float(m.group(2)), float(m.group(3)), float(m.group(4))) for m in STEP_RE.finditer(log_text)}
+    return {
+        int(m.group(1)): (float(m.group(2)), float(m.group(3)), float(m.group(4))) for m in STEP_RE.finditer(log_text)
+    }
 
 
 def test_tiny_trains_with_header_summary_events_and_tgs_line(workspace, jax_cache):
@@ -89,7 +89,7 @@ def test_tiny_trains_with_header_summary_events_and_tgs_line(workspace, jax_cach
     tb_loss = {e.step: e.value for e in acc.Scalars("learning/loss")}
     assert tb_loss[19] == pytest.approx(per_step[19][2], abs=1e-3)
 
-    summary = text[text.index("==== JOB SUMMARY ===="):]
+    summary = text[text.index("==== JOB SUMMARY ====") :]
     assert "Status: SUCCESS (exit 0)" in summary
     assert f"Job:    {head['JOB_ID']} (JAX-tiny)" in summary
 
@@ -124,7 +124,6 @@ def test_failed_training_reports_failed_and_the_reason(workspace, jax_cache):
     assert f"Status: FAILED (exit {result.returncode})" in text
     last = result.stdout.strip().splitlines()[-1]
     assert re.fullmatch(r"tiny 1N \(job local_\S+\): .*FAIL \(config-error\)", last), last
-
 
 
 @pytest.mark.parametrize("sig,code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
@@ -164,16 +163,32 @@ def test_signal_cancels_training_and_leaves_nothing_running(workspace, jax_cache
 
 
 def test_checkpointing_run_resumes_in_a_stable_alias_dir(workspace, jax_cache):
-    first = run_local(workspace, jax_cache, "tiny:ck-a:", "--", "enable_checkpointing=true", "steps=3",
-                      "checkpoint_period=2", "async_checkpointing=false")
+    first = run_local(
+        workspace,
+        jax_cache,
+        "tiny:ck-a:",
+        "--",
+        "enable_checkpointing=true",
+        "steps=3",
+        "checkpoint_period=2",
+        "async_checkpointing=false",
+    )
     assert first.returncode == 0, first.stdout[-3000:]
     ckpt_root = workspace / "ck-a" / "tiny" / "checkpoints"
     assert ckpt_root.is_dir(), list(workspace.rglob("*"))[:50]
     saved = {int(p.name) for p in ckpt_root.iterdir() if p.name.isdigit()}
     assert saved, "a checkpoint should have been written"
 
-    second = run_local(workspace, jax_cache, "tiny:ck-a:", "--", "enable_checkpointing=true", "steps=5",
-                       "checkpoint_period=2", "async_checkpointing=false")
+    second = run_local(
+        workspace,
+        jax_cache,
+        "tiny:ck-a:",
+        "--",
+        "enable_checkpointing=true",
+        "steps=5",
+        "checkpoint_period=2",
+        "async_checkpointing=false",
+    )
     assert second.returncode == 0, second.stdout[-3000:]
     # The rerun restores the newest checkpoint (step N = state after step N) and trains N+1 .. steps-1.
     assert f"restoring from this run's directory step {max(saved)}" in second.stdout

@@ -12,10 +12,8 @@ import time
 from pathlib import Path
 
 import pytest
-
 from job_observation import header, live_processes_of
 from prom_query import View, free_port
-
 from slurm_cluster import local_cluster  # noqa: F401  (the session fixture)
 
 REPO = Path(__file__).resolve().parents[2]
@@ -34,8 +32,12 @@ def slurm_env(local_cluster, tmp_path, jax_cache):  # noqa: F811
     for name in ("XLA_FLAGS", "JAX_PLATFORMS", "TUNE_PROFILE", "STAGE_TIMEOUTS", "VIRTUAL_ENV", "PYTHONPATH"):
         env.pop(name, None)
     env.update(local_cluster.env)
-    env.update(JOB_WORKSPACE=str(tmp_path / "ws"), CONTAINER_RUNTIME="none", JAX_CACHE_DIR=str(jax_cache),
-               VENV_DIR=str(REPO / ".venv"))
+    env.update(
+        JOB_WORKSPACE=str(tmp_path / "ws"),
+        CONTAINER_RUNTIME="none",
+        JAX_CACHE_DIR=str(jax_cache),
+        VENV_DIR=str(REPO / ".venv"),
+    )
     return env
 
 
@@ -74,8 +76,6 @@ def log_of(result):
     m = re.search(r"^  log: +(\S+)$", result.stdout, re.M)
     assert m, result.stdout
     return Path(m.group(1))
-
-
 
 
 def test_one_node_job_runs_every_stage_and_succeeds(slurm_env):
@@ -125,13 +125,17 @@ def test_two_nodes_train_one_jax_job_with_agreeing_losses(slurm_env):
 
 def test_a_queued_job_runs_the_code_it_was_submitted_with(slurm_env, tmp_path):
     repo = tmp_path / "repo"
-    shutil.copytree(REPO, repo, ignore=shutil.ignore_patterns(".venv", "outputs", ".cache", "__pycache__"), symlinks=True)
+    shutil.copytree(
+        REPO, repo, ignore=shutil.ignore_patterns(".venv", "outputs", ".cache", "__pycache__"), symlinks=True
+    )
     result = submit(slurm_env, "tiny", "-N", "1", "--hold", "--", "steps=6", repo=repo)
     assert result.returncode == 0, result.stderr
     job_id = job_id_of(result)
     # Edit the repo while the job waits: the job must not see it.
     config = repo / "configs" / "tiny.yml"
-    config.write_text(config.read_text().replace("base_num_decoder_layers: 2", "base_num_decoder_layers: 2\nno_such_key: 1"))
+    config.write_text(
+        config.read_text().replace("base_num_decoder_layers: 2", "base_num_decoder_layers: 2\nno_such_key: 1")
+    )
     subprocess.run(["scontrol", "release", job_id], env=slurm_env, check=True)
     state, text = wait_for_end(slurm_env, job_id, log_of(result))
     assert "Status: SUCCESS (exit 0)" in text, text[-3000:]
@@ -184,8 +188,15 @@ def test_sbatch_rejecting_an_argument_shows_its_message_and_leaves_nothing(slurm
 def test_two_node_ray_job_lands_both_hosts_in_one_tsdb(slurm_env):
     """RAY=1 on two Slurm nodes: one Ray cluster, both exporters scraped by rank 0's Prometheus, every step."""
     steps = 10
-    result = submit(slurm_env, "tiny", "-N", "2", "--", f"steps={steps}",
-                    extra_env={"RAY": "1", "EXPORTER_INTERVAL": "2", "TENSORBOARD": "0"})
+    result = submit(
+        slurm_env,
+        "tiny",
+        "-N",
+        "2",
+        "--",
+        f"steps={steps}",
+        extra_env={"RAY": "1", "EXPORTER_INTERVAL": "2", "TENSORBOARD": "0"},
+    )
     assert result.returncode == 0, result.stderr
     job_id = job_id_of(result)
     log = log_of(result)

@@ -19,21 +19,33 @@ import time
 from pathlib import Path
 
 import pytest
+from prom_query import View, api, free_port, pid_alive, wait_for
 from tensorboardX import SummaryWriter
 from tensorboardX.proto import summary_pb2, tensor_pb2, tensor_shape_pb2, types_pb2
 
 from jobkit import exporter, tb_bridge
-from prom_query import View, api, free_port, pid_alive, wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURE_DIR = REPO / "tests" / "fixtures" / "tensorboard"
 FIXTURE = FIXTURE_DIR / "tiny" / "tensorboard" / "tiny" / "events.out.tfevents.1795412855.vm"
 PROM_SH = REPO / "utils" / "prometheus.sh"
 MAXTEXT_TAGS = {
-    "learning/current_learning_rate", "learning/grad_norm", "learning/indexer_loss", "learning/lm_loss",
-    "learning/loss", "learning/moe_lb_loss", "learning/mtp_loss", "learning/param_norm", "learning/perplexity",
-    "learning/raw_grad_norm", "learning/total_weights", "learning/z_loss", "perf/per_device_tflops",
-    "perf/per_device_tflops_per_sec", "perf/per_device_tokens", "perf/per_device_tokens_per_sec",
+    "learning/current_learning_rate",
+    "learning/grad_norm",
+    "learning/indexer_loss",
+    "learning/lm_loss",
+    "learning/loss",
+    "learning/moe_lb_loss",
+    "learning/mtp_loss",
+    "learning/param_norm",
+    "learning/perplexity",
+    "learning/raw_grad_norm",
+    "learning/total_weights",
+    "learning/z_loss",
+    "perf/per_device_tflops",
+    "perf/per_device_tflops_per_sec",
+    "perf/per_device_tokens",
+    "perf/per_device_tokens_per_sec",
     "perf/step_time_seconds",
 }
 
@@ -58,8 +70,13 @@ def write_steps(writer, steps, t0, loss=lambda s: 10.0 / (s + 1), wait=True):
         return
     last = max(steps)
     path = event_file(writer.logdir)
-    wait_for(lambda: any(s.step == last and s.tag == "perf/step_time_seconds"
-                         for s in tb_bridge.ScalarReader(str(path)).read()), 5, f"step {last} on disk")
+    wait_for(
+        lambda: any(
+            s.step == last and s.tag == "perf/step_time_seconds" for s in tb_bridge.ScalarReader(str(path)).read()
+        ),
+        5,
+        f"step {last} on disk",
+    )
 
 
 def scalars_by_tag(path):
@@ -103,8 +120,12 @@ def test_incremental_read_reads_only_new_bytes(tmp_path):
     write_steps(writer, range(3, 5), t0, wait=False)
     new = []
     wait_for(lambda: new.extend(reader.poll()) or len(new) >= 4, 5, "steps 3 and 4")
-    assert [(s.tag, s.step) for s in new] == [("learning/loss", 3), ("perf/step_time_seconds", 3),
-                                              ("learning/loss", 4), ("perf/step_time_seconds", 4)]
+    assert [(s.tag, s.step) for s in new] == [
+        ("learning/loss", 3),
+        ("perf/step_time_seconds", 3),
+        ("learning/loss", 4),
+        ("perf/step_time_seconds", 4),
+    ]
     assert reader.records == 11
     assert new[0].value == pytest.approx(10.0 / 4) and new[0].wall_time == pytest.approx(t0 + 0.3)
     writer.close()
@@ -130,15 +151,22 @@ def test_tensor_scalars_and_text_summaries(tmp_path):
     fw = writer._get_file_writer()
     meta = summary_pb2.SummaryMetadata(plugin_data=summary_pb2.SummaryMetadata.PluginData(plugin_name="scalars"))
     for step, x in enumerate([1.5, 2.5]):
-        value = summary_pb2.Summary.Value(tag="eval/acc", tensor=tensor_pb2.TensorProto(
-            dtype=types_pb2.DT_FLOAT, float_val=[x]))
+        value = summary_pb2.Summary.Value(
+            tag="eval/acc", tensor=tensor_pb2.TensorProto(dtype=types_pb2.DT_FLOAT, float_val=[x])
+        )
         if step == 0:  # TensorBoard writers send the metadata with the first value only
             value.metadata.CopyFrom(meta)
         fw.add_summary(summary_pb2.Summary(value=[value]), step, walltime=1700000000.0 + step)
     writer.add_text("config", "hello", 0)
-    vec = summary_pb2.Summary.Value(tag="eval/vec", tensor=tensor_pb2.TensorProto(
-        dtype=types_pb2.DT_FLOAT, float_val=[1.0, 2.0], tensor_shape=tensor_shape_pb2.TensorShapeProto(
-            dim=[tensor_shape_pb2.TensorShapeProto.Dim(size=2)])), metadata=meta)
+    vec = summary_pb2.Summary.Value(
+        tag="eval/vec",
+        tensor=tensor_pb2.TensorProto(
+            dtype=types_pb2.DT_FLOAT,
+            float_val=[1.0, 2.0],
+            tensor_shape=tensor_shape_pb2.TensorShapeProto(dim=[tensor_shape_pb2.TensorShapeProto.Dim(size=2)]),
+        ),
+        metadata=meta,
+    )
     fw.add_summary(summary_pb2.Summary(value=[vec]), 0, walltime=1700000000.0)
     writer.close()  # waits for the writer thread
     tags = scalars_by_tag(event_file(tmp_path))
@@ -149,9 +177,16 @@ def test_tensor_scalars_and_text_summaries(tmp_path):
 def test_latest_exposition_exact_timestamps():
     latest = tb_bridge.Latest()
     S = tb_bridge.Scalar
-    latest.add([S("learning/loss", 0, 1795412855.8153195, 6.5), S("perf/step_time_seconds", 0, 1795412855.8163257, 0.25)])
-    latest.add([S("learning/loss", 1, 1795412856.0004999, float("nan")), S("step", 1, 1795412856.001, 1.0),
-                S("learning_loss", 1, 1795412856.002, 3.0)])  # both clash with a name already taken
+    latest.add(
+        [S("learning/loss", 0, 1795412855.8153195, 6.5), S("perf/step_time_seconds", 0, 1795412855.8163257, 0.25)]
+    )
+    latest.add(
+        [
+            S("learning/loss", 1, 1795412856.0004999, float("nan")),
+            S("step", 1, 1795412856.001, 1.0),
+            S("learning_loss", 1, 1795412856.002, 3.0),
+        ]
+    )  # both clash with a name already taken
     text = latest.render("n1")
     lines = text.splitlines()
     samples = [ln for ln in lines if not ln.startswith("#")]
@@ -177,7 +212,10 @@ def test_seconds_text_parses_back_to_the_same_ms():
 
 def test_scrape_labels():
     assert tb_bridge.scrape_labels("h", {"host": "sd", "job": "exporters", "instance": "a:1"}) == {
-        "host": "h", "job": "exporters", "instance": "a:1"}
+        "host": "h",
+        "job": "exporters",
+        "instance": "a:1",
+    }
     assert tb_bridge.scrape_labels("h", {"job": "j"}) == {"host": "h", "job": "j"}
 
 
@@ -190,17 +228,30 @@ def test_find_event_files(tmp_path):
     (tb / "events.out.tfevents.1700000500.h.profile-empty").write_bytes(b"")
     (deep / "events.out.tfevents.1700000100.h").write_bytes(b"")
     (tmp_path / "events.out.tfevents.1699999000.h").write_bytes(b"")
-    names = lambda paths: [Path(p).name for p in paths]
+
+    def names(paths):
+        return [Path(p).name for p in paths]
+
     assert names(tb_bridge.find_event_files(str(tmp_path))) == [
-        "events.out.tfevents.1699999000.h", "events.out.tfevents.1700000000.h", "events.out.tfevents.1700000100.h"]
+        "events.out.tfevents.1699999000.h",
+        "events.out.tfevents.1700000000.h",
+        "events.out.tfevents.1700000100.h",
+    ]
     assert names(tb_bridge.find_event_files(str(tmp_path), quick=True)) == [
-        "events.out.tfevents.1699999000.h", "events.out.tfevents.1700000000.h"]
+        "events.out.tfevents.1699999000.h",
+        "events.out.tfevents.1700000000.h",
+    ]
     assert names(tb_bridge.find_event_files(str(tmp_path), since=1700000050)) == ["events.out.tfevents.1700000100.h"]
 
 
 def bridge(*args, env=None, timeout=60):
-    return subprocess.run([sys.executable, "-m", "jobkit.tb_bridge", *map(str, args)], capture_output=True,
-                          text=True, timeout=timeout, env=dict(os.environ, PYTHONPATH=str(REPO / "py"), **(env or {})))
+    return subprocess.run(
+        [sys.executable, "-m", "jobkit.tb_bridge", *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=dict(os.environ, PYTHONPATH=str(REPO / "py"), **(env or {})),
+    )
 
 
 def test_backfill_errors(tmp_path):
@@ -210,20 +261,36 @@ def test_backfill_errors(tmp_path):
     proc = bridge("backfill", "--logdir", FIXTURE_DIR, "--tsdb", tmp_path / "nope")
     assert proc.returncode == 1 and proc.stderr == f"tb_bridge: TSDB dir {tmp_path / 'nope'} does not exist\n"
     proc = bridge("backfill", "--logdir", FIXTURE_DIR, "--tsdb", tmp_path, "--promtool", tmp_path / "promtool")
-    assert proc.returncode == 1 and proc.stderr == f"tb_bridge: promtool {tmp_path / 'promtool'} is not an executable file\n"
+    assert (
+        proc.returncode == 1
+        and proc.stderr == f"tb_bridge: promtool {tmp_path / 'promtool'} is not an executable file\n"
+    )
     proc = bridge("backfill", "--logdir", FIXTURE_DIR, "--tsdb", tmp_path, "--label", "bad-name=1")
     assert proc.returncode == 1 and "expected NAME=VALUE" in proc.stderr
 
 
 def test_backfill_dry_run_is_openmetrics():
-    proc = bridge("backfill", "--logdir", FIXTURE_DIR, "--tsdb", "/nonexistent", "--dry-run", "--label", "host=vm",
-                  "--label", "job=exporters", "--label", "instance=10.0.0.1:9500")
+    proc = bridge(
+        "backfill",
+        "--logdir",
+        FIXTURE_DIR,
+        "--tsdb",
+        "/nonexistent",
+        "--dry-run",
+        "--label",
+        "host=vm",
+        "--label",
+        "job=exporters",
+        "--label",
+        "instance=10.0.0.1:9500",
+    )
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
     assert lines[-1] == "# EOF"
     loss = [ln for ln in lines if ln.startswith("tb_learning_loss{")]
-    assert loss[0] == ('tb_learning_loss{host="vm",instance="10.0.0.1:9500",job="exporters"} '
-                       "6.044634819030762 1795412855.815")
+    assert loss[0] == (
+        'tb_learning_loss{host="vm",instance="10.0.0.1:9500",job="exporters"} 6.044634819030762 1795412855.815'
+    )
     assert len(loss) == 6 and len([ln for ln in lines if ln.startswith("tb_step{")]) == 6
     assert not any(ln.startswith(tb_bridge.FILL_METRIC) for ln in lines)
 
@@ -231,10 +298,30 @@ def test_backfill_dry_run_is_openmetrics():
 # ---- the serve daemon -------------------------------------------------------------------------------------
 def start_serve(logdir, out, parent, interval=0.1, since=0):
     log = open(f"{out}.log", "w")
-    proc = subprocess.Popen([sys.executable, "-m", "jobkit.tb_bridge", "serve", "--logdir", str(logdir), "--host",
-                             "n1", "--out", str(out), "--interval", str(interval), "--parent-pid", str(parent),
-                             "--since", str(since)], stdout=log, stderr=log, stdin=subprocess.DEVNULL,
-                            env=dict(os.environ, PYTHONPATH=str(REPO / "py")))
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "jobkit.tb_bridge",
+            "serve",
+            "--logdir",
+            str(logdir),
+            "--host",
+            "n1",
+            "--out",
+            str(out),
+            "--interval",
+            str(interval),
+            "--parent-pid",
+            str(parent),
+            "--since",
+            str(since),
+        ],
+        stdout=log,
+        stderr=log,
+        stdin=subprocess.DEVNULL,
+        env=dict(os.environ, PYTHONPATH=str(REPO / "py")),
+    )
     log.close()
     return proc
 
@@ -290,10 +377,11 @@ def test_serve_follows_the_file_and_exits_with_its_parent(tmp_path):
 def test_serve_moves_to_a_newer_event_file(tmp_path, monkeypatch):
     """A second training run in the same job dir: the daemon notices the newer file at its next look."""
     old = tmp_path / "job" / "run" / "tensorboard" / "tiny"  # the fixture run: left as it was
-    shutil.copytree(FIXTURE_DIR / "tiny", tmp_path / "job" / "run" , dirs_exist_ok=True)
+    shutil.copytree(FIXTURE_DIR / "tiny", tmp_path / "job" / "run", dirs_exist_ok=True)
     out = tmp_path / "tb.prom"
-    args = tb_bridge._parser().parse_args(["serve", "--logdir", str(tmp_path / "job"), "--host", "n1", "--out",
-                                          str(out), "--interval", "0.05"])
+    args = tb_bridge._parser().parse_args(
+        ["serve", "--logdir", str(tmp_path / "job"), "--host", "n1", "--out", str(out), "--interval", "0.05"]
+    )
     clock = [1000.0]
     monkeypatch.setattr(tb_bridge.time, "monotonic", lambda: clock[0])
     monkeypatch.setattr(tb_bridge.os, "setsid", lambda: None)
@@ -367,28 +455,62 @@ def test_live_scrape_then_backfill_holds_every_step_once(tmp_path, prometheus_re
     plugins = tmp_path / "plugins"
     plugins.mkdir()
     (plugins / "tb_metrics_plugin.sh").symlink_to(REPO / "utils" / "tb_metrics_plugin.sh")
-    env = dict(os.environ, OUTPUT_PATH=str(job), NODE_RANK="0", JOB_WORKSPACE=str(ws), JOB_DIR=job.name,
-               JOB_ID="local_20261123_000000_beef", TMPDIR=str(tmp_path), VENV_DIR=str(Path(sys.executable).parents[1]),
-               TB_BRIDGE_INTERVAL="0.2")
+    env = dict(
+        os.environ,
+        OUTPUT_PATH=str(job),
+        NODE_RANK="0",
+        JOB_WORKSPACE=str(ws),
+        JOB_DIR=job.name,
+        JOB_ID="local_20261123_000000_beef",
+        TMPDIR=str(tmp_path),
+        VENV_DIR=str(Path(sys.executable).parents[1]),
+        TB_BRIDGE_INTERVAL="0.2",
+    )
     targets = job / "prometheus" / "targets"
-    exp = subprocess.Popen([str(REPO / "utils" / "metrics_exporter.sh"), "--address", "127.0.0.1", "--port",
-                            str(free_port()), "--interval", "1", "--sd-dir", str(targets), "--plugins-dir",
-                            str(plugins)], env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                           stderr=open(tmp_path / "exporter.log", "w"))
+    exp = subprocess.Popen(
+        [
+            str(REPO / "utils" / "metrics_exporter.sh"),
+            "--address",
+            "127.0.0.1",
+            "--port",
+            str(free_port()),
+            "--interval",
+            "1",
+            "--sd-dir",
+            str(targets),
+            "--plugins-dir",
+            str(plugins),
+        ],
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=open(tmp_path / "exporter.log", "w"),
+    )
     prom_pid = view = None
     try:
-        sd = wait_for(lambda: (targets / f"{host}.json").exists() and json.loads((targets / f"{host}.json").read_text()),
-                      15, "exporter's file_sd entry")
+        sd = wait_for(
+            lambda: (targets / f"{host}.json").exists() and json.loads((targets / f"{host}.json").read_text()),
+            15,
+            "exporter's file_sd entry",
+        )
         instance = sd[0]["targets"][0]
-        start = subprocess.run([str(PROM_SH), "start", str(job), "--port", str(free_port()), "--scrape-interval", "1s"],
-                               capture_output=True, text=True, timeout=60, env=env)
+        start = subprocess.run(
+            [str(PROM_SH), "start", str(job), "--port", str(free_port()), "--scrape-interval", "1s"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=env,
+        )
         assert start.returncode == 0, start.stderr
         prom_port = int(start.stdout.strip())
         prom_pid = int((job / "prometheus" / "prometheus.pid").read_text())
 
         # Prometheus sends its first scrape a few seconds after start (discovery updates are batched)
-        wait_for(lambda: api(prom_port, "/api/v1/query", query='up{job="exporters"} == 1')["result"], 20,
-                 "the first scrape of the exporter")
+        wait_for(
+            lambda: api(prom_port, "/api/v1/query", query='up{job="exporters"} == 1')["result"],
+            20,
+            "the first scrape of the exporter",
+        )
         steps = 16
         writer = new_writer(tbdir)
         for s in range(steps):  # ~0.3 s a step: the 1 s scrapes see only some steps
@@ -414,14 +536,16 @@ def test_live_scrape_then_backfill_holds_every_step_once(tmp_path, prometheus_re
         live_ms = [round(float(t) * 1000) for t, _ in live[0]["values"]]
         assert set(live_ms) <= {ms for ms, _ in loss_events}  # the scraped sample times are the events' own
         assert 2 <= len(live_ms) < steps  # some steps were scraped live (to be merged), most were not
-        cycles_live = api(prom_port, "/api/v1/query", query="count_over_time(hw_exporter_cycles_total[1h])",
-                          time=t_live)["result"][0]["value"][1]
+        cycles_live = api(
+            prom_port, "/api/v1/query", query="count_over_time(hw_exporter_cycles_total[1h])", time=t_live
+        )["result"][0]["value"][1]
         print(f"live scrape saw {len(live_ms)} of {steps} steps; labels {live_labels}")
 
         labels = ["--label", f"host={host}", "--label", "job=exporters", "--label", f"instance={instance}"]
         busy = bridge("backfill", "--logdir", job, "--tsdb", job / "prometheus", *labels, timeout=120)
-        assert busy.returncode == 1 and busy.stderr.endswith("is in use by a running Prometheus: stop it before "
-                                                             "the backfill\n"), busy.stderr
+        assert busy.returncode == 1 and busy.stderr.endswith(
+            "is in use by a running Prometheus: stop it before the backfill\n"
+        ), busy.stderr
         stop = subprocess.run([str(PROM_SH), "stop", str(job)], capture_output=True, text=True, timeout=60, env=env)
         assert stop.returncode == 0 and not pid_alive(prom_pid), stop.stderr
         t0 = time.monotonic()
@@ -464,7 +588,7 @@ def _record_offsets(data):
     offsets, pos = [], 0
     while pos < len(data):
         offsets.append(pos)
-        pos += 12 + int.from_bytes(data[pos:pos + 8], "little") + 4
+        pos += 12 + int.from_bytes(data[pos : pos + 8], "little") + 4
     return offsets
 
 
@@ -490,5 +614,8 @@ def test_damaged_record_keeps_the_steps_before_it_and_stops_there(tmp_path):
     logged = []
     series, _fold = tb_bridge.collect_series([str(path)], log=logged.append)
     assert {name: [v for _ms, v in points] for name, (_tag, points) in series.items()} == {
-        "tb_learning_loss": [10.0], "tb_perf_step_time_seconds": [pytest.approx(0.5)], "tb_step": [0.0]}
+        "tb_learning_loss": [10.0],
+        "tb_perf_step_time_seconds": [pytest.approx(0.5)],
+        "tb_step": [0.0],
+    }
     assert len(logged) == 1 and "bad record CRC" in logged[0] and "using the steps before it" in logged[0]

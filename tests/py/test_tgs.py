@@ -105,7 +105,10 @@ def test_short_run_has_no_steady_tgs_and_warns():
     assert s.tgs is None
     assert any("needs steps>=15" in w for w in s.warnings)
     line = tgs.format_line(s, "PASS")
-    assert line == "tiny 1N (job local_20261122_054900_cd34): TGS n/a (steady window 5-14 needs steps>=15, run logged 3) — PASS"
+    assert (
+        line
+        == "tiny 1N (job local_20261122_054900_cd34): TGS n/a (steady window 5-14 needs steps>=15, run logged 3) — PASS"
+    )
 
 
 def test_partial_steady_window_is_flagged_in_the_line():
@@ -181,7 +184,9 @@ def test_missing_node_is_reported():
 def test_line_format():
     s = tgs.summarize(logparse.parse_file(MFU_LOG))
     line = tgs.format_line(s, "PASS")
-    assert re.fullmatch(r"tiny 1N \(job local_20261122_054800_ab12\): \d{1,3}(,\d{3})+ TGS/device, \d+\.\d% MFU — PASS", line)
+    assert re.fullmatch(
+        r"tiny 1N \(job local_20261122_054800_ab12\): \d{1,3}(,\d{3})+ TGS/device, \d+\.\d% MFU — PASS", line
+    )
     assert tgs.fmt_tgs(s.tgs) in line
 
 

@@ -46,8 +46,8 @@ shopt -s nullglob
 
 _PLUGIN_DIR=${BASH_SOURCE[0]%/*}
 [[ $_PLUGIN_DIR == "${BASH_SOURCE[0]}" ]] && _PLUGIN_DIR=.   # run as "bash <plugin>" from its own dir
-# shellcheck source=utils/metrics_exposition.sh
-source "$_PLUGIN_DIR/metrics_exposition.sh"
+# shellcheck source=utils/lib/metrics_exposition.sh
+source "$_PLUGIN_DIR/../lib/metrics_exposition.sh"
 
 # --- /proc/net/dev ------------------------------------------------------------------------------------
 collect_netdev() {

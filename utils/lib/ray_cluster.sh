@@ -1,5 +1,5 @@
 # shellcheck shell=bash
-# Usage: source utils/ray_cluster.sh
+# Usage: source utils/lib/ray_cluster.sh
 # Summary: Start, join, stop and save the logs of ONE Ray node, identified by its own --temp-dir (sourced library)
 #
 # ray_start_head TEMP_DIR NODE_IP GCS_PORT DASHBOARD_PORT METRICS_PORT
@@ -31,7 +31,7 @@
 # setsid, so the whole node shares one session; that catches the Ray client server, which names no directory)
 # and every descendant of those (workers, agents, and what actors started, e.g. training).
 #
-# py-spy: `ray start` runs with utils/pyspy_shim first on PATH, so the dashboard's "Stack Trace" and
+# py-spy: `ray start` runs with utils/shims first on PATH, so the dashboard's "Stack Trace" and
 # "CPU Flame Graph" buttons on an actor reach the training process the actor started (see the shim).
 #
 # Environment:
@@ -45,7 +45,7 @@
 # does not need it (training's output has its own path; Ray's logs stay in the session dir).
 
 _RAY_CLUSTER_SH_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-# shellcheck source=utils/free_port.sh disable=SC1091 # followed with shellcheck -x
+# shellcheck source=utils/lib/free_port.sh disable=SC1091 # followed with shellcheck -x
 source "$_RAY_CLUSTER_SH_DIR/free_port.sh"
 
 _ray_err() { echo "ray_cluster: $*" >&2; }
@@ -125,7 +125,7 @@ _ray_ports_free() {
   local pair
   for pair in "$@"; do
     if _ray_listening "${pair#*=}"; then
-      _ray_err "port ${pair#*=} ($pair) is already in use on this machine; pick another one (pick_free_port from utils/free_port.sh)"
+      _ray_err "port ${pair#*=} ($pair) is already in use on this machine; pick another one (pick_free_port from utils/lib/free_port.sh)"
       return 1
     fi
   done
@@ -146,7 +146,7 @@ _ray_real_pyspy() {
   [[ -x $candidate ]] && { echo "$candidate"; return 0; }
   local IFS=:
   for dir in $PATH; do
-    [[ -n $dir && $dir != "$_RAY_CLUSTER_SH_DIR/pyspy_shim" && -x $dir/py-spy ]] && { echo "$dir/py-spy"; return 0; }
+    [[ -n $dir && $dir != "$_RAY_CLUSTER_SH_DIR/../shims" && -x $dir/py-spy ]] && { echo "$dir/py-spy"; return 0; }
   done
   return 0
 }
@@ -160,8 +160,8 @@ _ray_run_start() {
   real_pyspy=$(_ray_real_pyspy "$cli")
   mkdir -p "$dir" || { _ray_err "cannot create TEMP_DIR $dir; choose a writable place such as /tmp"; return 1; }
   local -a env_args=(
-    "PATH=$_RAY_CLUSTER_SH_DIR/pyspy_shim:$PATH"
-    "JOBKIT_PYSPY_SHIM_DIR=$_RAY_CLUSTER_SH_DIR/pyspy_shim"
+    "PATH=$_RAY_CLUSTER_SH_DIR/../shims:$PATH"
+    "JOBKIT_PYSPY_SHIM_DIR=$_RAY_CLUSTER_SH_DIR/../shims"
     "JOBKIT_PYSPY_REAL=$real_pyspy"
     RAY_USAGE_STATS_ENABLED=0
     # Ray 2.60 refuses the dashboard's stack trace / flame graph unless this is on; the dashboard listens on

@@ -28,15 +28,15 @@
 # State shared with the teardown lives in variables named _OBS_*; nothing else is global.
 
 _OBS_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-# shellcheck source=utils/cluster_ip.sh
+# shellcheck source=utils/lib/cluster_ip.sh
 source "$_OBS_DIR/cluster_ip.sh"
-# shellcheck source=utils/free_port.sh
+# shellcheck source=utils/lib/free_port.sh
 source "$_OBS_DIR/free_port.sh"
-# shellcheck source=utils/ray_cluster.sh
+# shellcheck source=utils/lib/ray_cluster.sh
 source "$_OBS_DIR/ray_cluster.sh"
 # shellcheck source=utils/prometheus.sh
-source "$_OBS_DIR/prometheus.sh"
-# shellcheck source=utils/process_stop.sh
+source "$_OBS_DIR/../prometheus.sh"
+# shellcheck source=utils/lib/process_stop.sh
 source "$_OBS_DIR/process_stop.sh"
 
 # Exit status of py/jobkit/ray_launch.py when no training process was started (cluster unreachable, not every
@@ -85,7 +85,7 @@ _obs_start_exporter() {
   local log=$_OBS_JOB_PATH/metrics_exporter/$_OBS_HOST.log
   mkdir -p "$_OBS_JOB_PATH/metrics_exporter" "$_OBS_JOB_PATH/prometheus/targets/ray"
   # Its own process group, so that teardown stops the watchdog, engine and plugins together.
-  nice -n "$_OBS_NICE" setsid "$_OBS_DIR/metrics_exporter.sh" --watchdog --address "$_OBS_IP" --port "${EXPORTER_PORT:-9500}" \
+  nice -n "$_OBS_NICE" setsid "$_OBS_DIR/../metrics_exporter.sh" --watchdog --address "$_OBS_IP" --port "${EXPORTER_PORT:-9500}" \
     --interval "${EXPORTER_INTERVAL:-10}" --sd-dir "$_OBS_JOB_PATH/prometheus/targets" </dev/null >>"$log" 2>&1 &
   _OBS_EXPORTER_PID=$!
   _obs_log "metrics exporter started (pid $_OBS_EXPORTER_PID, log $log)"

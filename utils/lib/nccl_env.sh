@@ -18,7 +18,7 @@
 #   NCCL_SYSFS_ROOT   prefix for /sys paths (default empty); tests point it at a recorded tree
 #   `ip` is looked up on PATH (a stub in tests)
 
-# shellcheck source=utils/cluster_ip.sh
+# shellcheck source=utils/lib/cluster_ip.sh
 source "$(dirname "${BASH_SOURCE[0]}")/cluster_ip.sh"
 
 # True when the port directory reports ACTIVE (the file reads "4: ACTIVE").

@@ -38,8 +38,8 @@ shopt -s nullglob
 
 _PLUGIN_DIR=${BASH_SOURCE[0]%/*}
 [[ $_PLUGIN_DIR == "${BASH_SOURCE[0]}" ]] && _PLUGIN_DIR=.   # run as "bash <plugin>" from its own dir
-# shellcheck source=utils/metrics_exposition.sh
-source "$_PLUGIN_DIR/metrics_exposition.sh"
+# shellcheck source=utils/lib/metrics_exposition.sh
+source "$_PLUGIN_DIR/../lib/metrics_exposition.sh"
 
 # scaled INT DIGITS: INT / 10^DIGITS as a decimal string in REPLY (45500 3 -> 45.5), integer arithmetic only
 scaled() {

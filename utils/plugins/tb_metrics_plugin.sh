@@ -34,7 +34,7 @@ fi
 _PLUGIN_DIR=${BASH_SOURCE[0]%/*}
 [[ $_PLUGIN_DIR == "${BASH_SOURCE[0]}" ]] && _PLUGIN_DIR=.
 [[ $_PLUGIN_DIR == /* ]] || _PLUGIN_DIR=$PWD/$_PLUGIN_DIR
-_REPO_DIR=$_PLUGIN_DIR/..
+_REPO_DIR=$_PLUGIN_DIR/../..
 
 # --- state from the previous call: "tb1 <pid> <since> <restarts> <file>" -----------------------------------
 pid="" since="" restarts=0 out=""
