@@ -15,13 +15,15 @@
 #                              GRACE seconds for all to end, then KILLs the rest and waits up to 5 s more.
 #                              Sets PROC_STOP_KILLED (PIDs that needed KILL) and PROC_STOP_LEFT (PIDs still
 #                              alive at the end). Returns 0 when all ended, 1 otherwise.
-#   proc_wait PID              waits for the child PID across trapped signals; returns its exit status
+#   proc_wait PID              waits for the child PID across trapped signals; returns its exit status (127 when
+#                              PID is not a child of this shell: then it only waits for it to end)
 #   proc_kill_after GRACE TARGET
 #                              prints the PID of a watcher that KILLs TARGET (PID, or -PGID) after GRACE s
 #   proc_cancel_kill_after W   stops that watcher when TARGET ended in time
 #   proc_python [REPO]         prints the project's Python: $VENV_DIR/bin/python, else <REPO>/.venv/bin/python,
 #                              else python3 on PATH; 1 when there is none
-#   proc_jobkit [REPO]         prints the project's `jobkit` command, found the same way; 1 when there is none
+#   proc_jobkit [REPO]         prints the project's `jobkit` command: the venv's console script, else `jobkit`
+#                              on PATH, else <REPO>/py/bin/jobkit (runs the package from the checkout)
 
 # The fields of /proc/PID/stat after "(comm) ": comm may hold spaces and parentheses, so split at the last ") ".
 proc_stat() {
@@ -55,7 +57,8 @@ proc_tree() {
     pid=${queue[0]} queue=("${queue[@]:1}")
     echo "$pid"
     for f in /proc/"$pid"/task/*/children; do
-      read -r -a kids 2>/dev/null <"$f" || continue
+      kids=()
+      read -r -a kids 2>/dev/null <"$f"   # the list has no newline at its end, so read "fails" with data
       queue+=("${kids[@]}")
     done
   done
@@ -108,8 +111,13 @@ proc_wait() {
   local pid=$1 rc
   while :; do
     rc=0
-    wait "$pid" || rc=$?
+    wait "$pid" 2>/dev/null || rc=$?
     kill -0 "$pid" 2>/dev/null || return "$rc"
+    # 127: not our child (we cannot reap it), so poll until it is gone rather than spin on `wait`.
+    if ((rc == 127)); then
+      while kill -0 "$pid" 2>/dev/null; do sleep 0.2; done
+      return 127
+    fi
   done
 }
 
@@ -131,10 +139,8 @@ proc_cancel_kill_after() {
   return 0
 }
 
-_proc_venv_bin() {
-  local repo=${1:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}
-  echo "${VENV_DIR:-$repo/.venv}/bin"
-}
+_proc_repo() { echo "${1:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}"; }
+_proc_venv_bin() { echo "${VENV_DIR:-$(_proc_repo "${1:-}")/.venv}/bin"; }
 
 proc_python() {
   local bin
@@ -147,5 +153,6 @@ proc_jobkit() {
   local bin
   bin=$(_proc_venv_bin "${1:-}")
   if [[ -x $bin/jobkit ]]; then echo "$bin/jobkit"; return 0; fi
-  command -v jobkit || return 1
+  command -v jobkit && return 0
+  echo "$(_proc_repo "${1:-}")/py/bin/jobkit"
 }
