@@ -20,9 +20,9 @@ make_sandbox() {
 # $TRAIN_EXIT.
 make_scripts_copy() {
   SCRIPTS=$BATS_TEST_TMPDIR/scripts
-  mkdir -p "$SCRIPTS/utils" "$SCRIPTS/configs"
+  mkdir -p "$SCRIPTS/utils/lib" "$SCRIPTS/configs"
   cp "$REPO_DIR/_container.sh" "$SCRIPTS/"
-  cp "$REPO_DIR/utils/lib/container_runtime.sh" "$SCRIPTS/utils/"
+  cp "$REPO_DIR/utils/lib/container_runtime.sh" "$SCRIPTS/utils/lib/"
   cp "$REPO_DIR/configs/container_settings.sh" "$SCRIPTS/configs/"
   cat >"$SCRIPTS/_train.sh" <<'EOF'
 #!/usr/bin/env bash
