@@ -1,14 +1,23 @@
 #!/usr/bin/env bash
-# Usage: utils/setup_env.sh [--check | --python | --help]
-# Summary: Create or refresh the project's Python venv from requirements.lock
+# Usage: utils/setup_env.sh [--tools | --check | --python | --help]
+# Summary: Create or refresh the project's Python venv from requirements.lock, with jobkit installed editable
 #
 # Finds a Python >= 3.12 (PYTHON=<path> wins), creates ${VENV_DIR:-<repo>/.venv} and installs the pinned
-# set in requirements.lock with `pip install --no-deps`. A stamp records the lock's checksum and the
-# interpreter, so a second run with an unchanged lock returns at once. Inside an image that already
-# provides MaxText (set SKIP_VENV=1, or MaxText importable by the system python) nothing is created.
+# set in requirements.lock (no dependency resolution: the lock is complete), then the `jobkit` package from
+# py/ in editable mode, which puts the `jobkit` command in the venv. It installs with uv, which it first
+# bootstraps from PyPI into <repo>/.cache/uv/ (or takes from PATH); where uv cannot be had it falls back to
+# pip. A stamp records what was installed, so a second run with nothing changed returns at once. Inside an
+# image that already provides MaxText (set SKIP_VENV=1, or MaxText importable by the system python) nothing
+# is created.
 #
+#   --tools    the light set for hosts that only read jobs (login nodes, container hosts where training
+#              runs in an image): jobkit with click, pyyaml, numpy, prometheus-client, tensorboard, at the
+#              lock's versions, without MaxText, JAX or Ray (~1/10 of the size). A full venv serves too.
 #   --check    exit 0 if the venv is up to date, 1 if it would be (re)built; changes nothing
 #   --python   print the interpreter that would be used, and exit
+#
+#   PYTHON=<path>     interpreter to build the venv with
+#   SETUP_USE_PIP=1   skip uv and install with pip
 set -euo pipefail
 [[ -n ${_DEBUG:-} ]] && set -x
 
@@ -17,6 +26,9 @@ _REPO_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 _LOCK_FILE=$_REPO_DIR/requirements.lock
 _VENV_DIR=${VENV_DIR:-$_REPO_DIR/.venv}
 _STAMP=$_VENV_DIR/.lock-stamp
+_PYPROJECT=$_REPO_DIR/py/pyproject.toml
+_UV_VERSION=0.13.9
+_UV_HOME=$_REPO_DIR/.cache/uv
 
 _die() { echo "$_PROG: $*" >&2; exit 1; }
 _say() { echo "[setup_env] $*" >&2; }
@@ -49,10 +61,73 @@ _find_python() {
   _die "no Python >= 3.12 found (tried ${candidates[*]}); install one (e.g. pyenv install 3.12, apt install python3.12-venv) or set PYTHON=/path/to/python3.12"
 }
 
-# The stamp covers the lock's content and the interpreter's version (not its path, which has many spellings).
-_lock_digest() { { sha256sum "$_LOCK_FILE" | cut -d' ' -f1; "$1" -V 2>&1; } | sha256sum | cut -d' ' -f1; }
+# The stamp is "<set> <digest>": the digest covers the lock, jobkit's pyproject and the interpreter's version
+# (not its path, which has many spellings). A full set also serves a --tools request.
+_digest() { { sha256sum "$_LOCK_FILE" "$_PYPROJECT" | cut -d' ' -f1; "$1" -V 2>&1; } | sha256sum | cut -d' ' -f1; }
 
-_up_to_date() { [[ -f $_STAMP && -x $_VENV_DIR/bin/python && $(<"$_STAMP") == "$1" ]]; }
+_up_to_date() {
+  local want=$1 digest=$2 have
+  [[ -f $_STAMP && -x $_VENV_DIR/bin/python ]] || return 1
+  have=$(<"$_STAMP")
+  [[ $have == "full $digest" || $have == "$want $digest" ]]
+}
+
+# Prints a working uv: one on PATH, else ours under .cache/uv, else one bootstrapped there now from PyPI with
+# the interpreter's own pip. Returns 1 (and says why) when none can be had; the caller then uses pip.
+_find_uv() {
+  local python=$1
+  if command -v uv >/dev/null 2>&1 && uv --version >/dev/null 2>&1; then command -v uv; return 0; fi
+  if [[ -x $_UV_HOME/bin/uv ]] && "$_UV_HOME/bin/uv" --version >/dev/null 2>&1; then echo "$_UV_HOME/bin/uv"; return 0; fi
+  _say "bootstrapping uv $_UV_VERSION into $_UV_HOME"
+  if "$python" -m pip install --quiet --disable-pip-version-check --no-input --target "$_UV_HOME.tmp" \
+      "uv==$_UV_VERSION" >/dev/null 2>&1 && [[ -x $_UV_HOME.tmp/bin/uv ]]; then
+    rm -rf "$_UV_HOME" && mv "$_UV_HOME.tmp" "$_UV_HOME"   # a half-made bootstrap is never taken for a good one
+    echo "$_UV_HOME/bin/uv"; return 0
+  fi
+  rm -rf "$_UV_HOME.tmp"
+  _say "could not bootstrap uv (no pip for $python, or PyPI unreachable); installing with pip instead"
+  return 1
+}
+
+# The tools set: jobkit's own dependencies, resolved against the lock so they match a full venv.
+_install_with_uv() {
+  local uv=$1 python=$2 set=$3
+  if [[ ! -x $_VENV_DIR/bin/python ]]; then
+    _say "creating $_VENV_DIR with $python ($("$python" -V 2>&1))"
+    "$uv" venv --quiet --python "$python" "$_VENV_DIR" || _die "uv could not create a venv with $python; set PYTHON to another interpreter"
+  fi
+  local -a install=("$uv" pip install --quiet --python "$_VENV_DIR/bin/python")
+  if [[ $set == full ]]; then
+    _say "installing $(grep -c '==' "$_LOCK_FILE") pinned packages with uv"
+    "${install[@]}" --no-deps -r "$_LOCK_FILE" || _die "uv pip install from requirements.lock failed (see above); check network access to PyPI and rerun"
+    "${install[@]}" --no-deps -e "$_REPO_DIR/py" || _die "installing jobkit from py/ failed (see above)"
+  else
+    _say "installing jobkit and its tools with uv (constrained by requirements.lock)"
+    "${install[@]}" -c "$_LOCK_FILE" -e "$_REPO_DIR/py" || _die "uv could not install jobkit's tools (see above); check network access to PyPI and rerun"
+  fi
+}
+
+_install_with_pip() {
+  local python=$1 set=$2
+  if [[ ! -x $_VENV_DIR/bin/python ]]; then
+    _say "creating $_VENV_DIR with $python ($("$python" -V 2>&1))"
+    "$python" -m venv "$_VENV_DIR" || _die "could not create a venv with $python; install its venv module (e.g. apt install python3.12-venv)"
+  fi
+  local -a pip=("$_VENV_DIR/bin/python" -m pip install --quiet --disable-pip-version-check --no-input)
+  # Some machines' pip config names local wheel folders that do not exist; pip warns once per package.
+  local filter="^WARNING: Location 'file:"
+  if [[ $set == full ]]; then
+    _say "installing $(grep -c '==' "$_LOCK_FILE") pinned packages with pip (a first install takes ~2 min)"
+    "${pip[@]}" --no-deps -r "$_LOCK_FILE" 2>&1 | { grep -v "$filter" || true; } >&2
+    ((PIPESTATUS[0] == 0)) || _die "pip install from requirements.lock failed (see above); check network access to PyPI and rerun"
+    "${pip[@]}" --no-deps --no-build-isolation -e "$_REPO_DIR/py" 2>&1 | { grep -v "$filter" || true; } >&2
+    ((PIPESTATUS[0] == 0)) || _die "installing jobkit from py/ failed (see above)"
+  else
+    _say "installing jobkit and its tools with pip (constrained by requirements.lock)"
+    "${pip[@]}" -c "$_LOCK_FILE" -e "$_REPO_DIR/py" 2>&1 | { grep -v "$filter" || true; } >&2
+    ((PIPESTATUS[0] == 0)) || _die "pip could not install jobkit's tools (see above); check network access to PyPI and rerun"
+  fi
+}
 
 # MaxText importable by a python3 that is not itself a venv's means we are inside a training image.
 _image_has_maxtext() {
@@ -65,15 +140,18 @@ sys.exit(0 if not in_venv and (u.find_spec("MaxText") or u.find_spec("maxtext"))
 }
 
 main() {
+  local set=full check=0
   case "${1:-}" in
     -h|--help) _usage; exit 0 ;;
     --python) _find_python; exit 0 ;;
-    --check|"") ;;
+    --check) check=1 ;;
+    --tools) set=tools ;;
+    "") ;;
     *) _die "unknown option '$1' (see --help)" ;;
   esac
   [[ -f $_LOCK_FILE ]] || _die "missing $_LOCK_FILE; restore it from git"
 
-  if [[ ! -d $_VENV_DIR ]] && { [[ ${SKIP_VENV:-0} == 1 ]] || _image_has_maxtext; }; then
+  if [[ $set == full && ! -d $_VENV_DIR ]] && { [[ ${SKIP_VENV:-0} == 1 ]] || _image_has_maxtext; }; then
     _say "MaxText is provided by this environment; no venv needed"
     exit 0
   fi
@@ -84,29 +162,26 @@ main() {
   else
     python=$(_find_python)
   fi
-  digest=$(_lock_digest "$python")
-  if _up_to_date "$digest"; then exit 0; fi
-  [[ ${1:-} == --check ]] && exit 1
+  digest=$(_digest "$python")
+  if _up_to_date "$set" "$digest"; then exit 0; fi
+  ((check)) && exit 1
 
   mkdir -p "$(dirname "$_VENV_DIR")"
   # Two launches on a fresh checkout must not install into the same venv at once.
   exec 9>"$_VENV_DIR.lock"
   flock 9
-  if _up_to_date "$digest"; then exit 0; fi
+  if _up_to_date "$set" "$digest"; then exit 0; fi
 
-  local start=$SECONDS
-  if [[ ! -x $_VENV_DIR/bin/python ]]; then
-    _say "creating $_VENV_DIR with $python ($("$python" -V 2>&1))"
-    "$python" -m venv "$_VENV_DIR" || _die "could not create a venv with $python; install its venv module (e.g. apt install python3.12-venv)"
+  local start=$SECONDS uv base_python=$python
+  # A venv's python cannot bootstrap uv when the venv was made by uv (it has no pip): use the base interpreter.
+  [[ $python == "$_VENV_DIR/bin/python" ]] && base_python=$("$python" -c 'import sys; print(sys._base_executable)')
+  if [[ ${SETUP_USE_PIP:-0} != 1 ]] && uv=$(_find_uv "$base_python"); then
+    _install_with_uv "$uv" "$python" "$set"
+  else
+    _install_with_pip "$python" "$set"
   fi
-  _say "installing $(grep -c '==' "$_LOCK_FILE") pinned packages (a first install takes ~2 min)"
-  # Some machines' pip config names local wheel folders that do not exist; pip warns once per package.
-  if ! "$_VENV_DIR/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps --no-input \
-      -r "$_LOCK_FILE" 2>&1 | { grep -v "^WARNING: Location 'file:" || true; } >&2; then
-    _die "pip install from requirements.lock failed (see above); check network access to PyPI and rerun"
-  fi
-  echo "$digest" >"$_STAMP"
-  _say "ready in $((SECONDS - start)) s: $_VENV_DIR"
+  echo "$set $digest" >"$_STAMP"
+  _say "ready in $((SECONDS - start)) s: $_VENV_DIR ($set)"
 }
 
 main "$@"

@@ -53,3 +53,31 @@ load test_helper
   [ "$status" -eq 0 ]
   [ ! -e "$BATS_TEST_TMPDIR/venv" ]
 }
+
+@test "--tools builds the light set: the jobkit command and its libraries, no MaxText, JAX or Ray" {
+  local venv=$BATS_TEST_TMPDIR/tools-venv
+  VENV_DIR=$venv run "$REPO_DIR/utils/setup_env.sh" --tools
+  echo "$output"
+  [ "$status" -eq 0 ]
+  [[ $(<"$venv/.lock-stamp") == "tools "* ]]
+  run "$venv/bin/jobkit" tgs "$REPO_DIR/tests/fixtures/jobkit/launch-tiny-20steps-mfu.log"
+  [ "$status" -eq 0 ]
+  [[ $output == *"steady   5-14"* ]]
+  "$venv/bin/python" -c 'import click, yaml, numpy, prometheus_client, tensorboard, google_crc32c'
+  run "$venv/bin/python" -c 'import importlib.util as u; print([m for m in ("jax", "maxtext", "ray") if u.find_spec(m)])'
+  [ "$output" = "[]" ]
+  # the versions are the lock's
+  local pinned; pinned=$(grep -i '^prometheus[-_]client==' "$REPO_DIR/requirements.lock" | cut -d= -f3)
+  run "$venv/bin/python" -c 'import importlib.metadata as m; print(m.version("prometheus-client"))'
+  [ "$output" = "$pinned" ]
+  # a second run has nothing to do
+  VENV_DIR=$venv run "$REPO_DIR/utils/setup_env.sh" --tools
+  [ "$status" -eq 0 ]
+  [ -z "$output" ]
+}
+
+@test "a full venv also serves a --tools request" {
+  run "$REPO_DIR/utils/setup_env.sh" --tools
+  [ "$status" -eq 0 ]
+  [ -z "$output" ]
+}
