@@ -45,6 +45,7 @@
 # does not need it (training's output has its own path; Ray's logs stay in the session dir).
 
 _RAY_CLUSTER_SH_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+_RAY_CLUSTER_JOBKIT=$(cd "$_RAY_CLUSTER_SH_DIR/../../py/bin" && pwd)/jobkit  # the package, run from this checkout
 # shellcheck source=utils/lib/free_port.sh disable=SC1091 # followed with shellcheck -x
 source "$_RAY_CLUSTER_SH_DIR/free_port.sh"
 
@@ -71,29 +72,20 @@ _ray_cli() {
   return 1
 }
 
-# `ray start` through the CLI's own interpreter, minus the three command groups it imports only to offer
-# `ray serve`, `ray job` and `ray list/get/logs/summary`. The CLI imports each inside try/except ImportError, so
-# a None in sys.modules makes it skip them: 0.7 s instead of 2 s of imports, on the critical path of every
-# node's start. The current directory stays off sys.path, as it does for the console script.
-_RAY_SLIM_START_PY='import sys
-sys.path[:] = [p for p in sys.path if p]
-for name in ("ray.serve.scripts", "ray.dashboard.modules.job.cli", "ray.util.state.state_cli"):
-    sys.modules[name] = None
-from ray.scripts.scripts import main
-sys.argv[0] = "ray"
-sys.exit(main())'
-
-# Prints, NUL-terminated, the words that run `ray ARGS...` for the ray CLI at $1: its interpreter with the slim start above when
-# $1 is a Python console script of Ray (a "#!" interpreter line and Ray's entry point), else $1 itself.
+# Prints, NUL-terminated, the words that run `ray start` for the ray CLI at $1. For Ray's own Python console
+# script (a "#!" interpreter line and Ray's entry point): `jobkit ray-start` under that interpreter, the same Ray
+# minus the CLI groups `ray start` never uses (0.7 s instead of 2 s of imports on every node's start; see
+# py/jobkit/ray_start.py). The package runs from this checkout (py/bin/jobkit), so that interpreter needs no
+# jobkit installed. Any other `ray` (a wrapper, a binary): `$1 start` as it is.
 _ray_start_cmd() {
   local cli=$1 shebang=""
   IFS= read -r shebang <"$cli" 2>/dev/null || true
   if [[ $shebang == '#!/'* ]] && grep -q 'from ray.scripts.scripts import main' "$cli" 2>/dev/null; then
     local -a interp
     read -r -a interp <<<"${shebang#\#!}"
-    printf '%s\0' "${interp[@]}" -c "$_RAY_SLIM_START_PY"
+    printf '%s\0' "${interp[@]}" "$_RAY_CLUSTER_JOBKIT" ray-start
   else
-    printf '%s\0' "$cli"
+    printf '%s\0' "$cli" start
   fi
 }
 
@@ -190,7 +182,7 @@ _ray_run_start() {
   # setsid: the node gets a session of its own, which ray_stop_node uses to find every process of it.
   local -a ray_cmd
   mapfile -d '' -t ray_cmd < <(_ray_start_cmd "$cli")
-  timeout -k 5 "${RAY_START_TIMEOUT:-90}" setsid -w env "${env_args[@]}" "${ray_cmd[@]}" start \
+  timeout -k 5 "${RAY_START_TIMEOUT:-90}" setsid -w env "${env_args[@]}" "${ray_cmd[@]}" \
     --temp-dir="$dir" --node-ip-address="$node_ip" --disable-usage-stats --include-log-monitor=false \
     "$@" "${extra[@]}" \
     </dev/null >"$dir/ray_start.log" 2>&1
