@@ -106,14 +106,15 @@ main() {
   _has_maxtext_key base_output_directory "${MAXTEXT_ARGS[@]}" || defaults+=("base_output_directory=$OUTPUT_PATH")
   _has_maxtext_key jax_cache_dir "${MAXTEXT_ARGS[@]}" || defaults+=("jax_cache_dir=$JAX_CACHE_DIR")
   mkdir -p "$JAX_CACHE_DIR"
-  export PYTHONPATH=$SCRIPT_DIR/py${PYTHONPATH:+:$PYTHONPATH}
   _record_environment
 
   local python=${TRAIN_PYTHON:-python3}
   echo "[_train] node $NODE_RANK/$NNODES: OUTPUT_PATH=$OUTPUT_PATH"
   echo "[_train] XLA_FLAGS=$XLA_FLAGS"
-  echo "[_train] $python -m jobkit.launch configs/$MODEL_NAME.yml ${defaults[*]} ${MAXTEXT_ARGS[*]}"
-  local -a train_cmd=("$python" -u -m jobkit.launch "$config" "${defaults[@]}" "${MAXTEXT_ARGS[@]}")
+  echo "[_train] jobkit launch configs/$MODEL_NAME.yml ${defaults[*]} ${MAXTEXT_ARGS[*]}"
+  # py/bin/jobkit runs the package from this checkout, so training needs no install of jobkit in an image
+  # that mounts the repo; TRAIN_PYTHON still picks the interpreter (the one with MaxText).
+  local -a train_cmd=("$python" -u "$SCRIPT_DIR/py/bin/jobkit" launch "$config" "${defaults[@]}" "${MAXTEXT_ARGS[@]}")
   if [[ ${RAY:-0} =~ ^(1|true|yes)$ ]]; then
     # shellcheck source=utils/lib/observability.sh
     source "$SCRIPT_DIR/utils/lib/observability.sh"

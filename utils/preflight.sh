@@ -6,7 +6,7 @@
 # over (Slurm no longer lists it; an id Slurm does not know counts as over):
 #   - running docker/podman containers labelled maxtext-launcher=1 (their maxtext-launcher.job label names a job
 #     other than $JOB_ID): stopped
-#   - processes of the current user whose command line contains jobkit.launch (the training entry) and whose
+#   - processes of the current user whose command line runs `jobkit launch` (the training entry) and whose
 #     environment has a JOB_ID other than $JOB_ID: SIGTERM, then SIGKILL after PREFLIGHT_KILL_WAIT seconds
 # Everything else is reported and left alone: our containers/processes of a job Slurm still runs, other users'
 # processes, containers without our label, processes using the GPUs. Also reported: free space in /tmp and in
@@ -37,6 +37,8 @@ esac
 
 # shellcheck source=utils/lib/gpu_detect.sh
 source "$_UTILS_DIR/lib/gpu_detect.sh"
+# shellcheck source=utils/lib/process.sh
+source "$_UTILS_DIR/lib/process.sh"
 
 _HOST=${SLURMD_NODENAME:-$(hostname -s 2>/dev/null || uname -n)}
 _HOST=${_HOST%%.*}
@@ -113,16 +115,6 @@ check_containers() {
 }
 
 # --- stale training processes --------------------------------------------------------------------------------------
-# proc_start PID prints the process's start time (clock ticks since boot) when it is alive and not a zombie.
-proc_start() {
-  local stat rest
-  read -r stat 2>/dev/null <"/proc/$1/stat" || return 1
-  rest=${stat##*) }
-  read -r -a rest <<<"$rest"
-  [[ ${rest[0]} != Z && ${rest[0]} != X ]] || return 1
-  echo "${rest[19]}"
-}
-
 proc_cmd() {
   local -a argv=()
   mapfile -d '' argv 2>/dev/null <"/proc/$1/cmdline" || true
@@ -145,16 +137,16 @@ proc_user() {
 }
 
 check_processes() {
-  local d pid cmd job reason start
-  local -a stale=() starts=() jobs=() argv=()
+  local d pid cmd job reason
+  local -a stale=() jobs=() argv=()
   for d in /proc/[0-9]*; do
     pid=${d#/proc/}
     ((pid == $$ || pid == PPID)) && continue
     argv=()
     mapfile -d '' argv 2>/dev/null <"$d/cmdline" || continue
     cmd="${argv[*]}"
-    [[ $cmd == *jobkit.launch* ]] || continue
-    start=$(proc_start "$pid") || continue
+    [[ $cmd == *jobkit?launch* ]] || continue   # `jobkit launch`, or `-m jobkit.launch` of older launchers
+    proc_alive "$pid" || continue
     if [[ ! -O $d ]]; then
       say "PID $pid of user $(proc_user "$pid") runs training ($cmd): not ours, left alone"
       continue
@@ -165,7 +157,7 @@ check_processes() {
       say "PID $pid runs training ($cmd) and $reason: left alone"
       continue
     fi
-    stale+=("$pid") starts+=("$start") jobs+=("$job")
+    stale+=("$pid") jobs+=("$job")
   done
   if ((${#stale[@]} == 0)); then
     say "no stale training processes of earlier jobs"
@@ -175,33 +167,15 @@ check_processes() {
   local i
   for i in "${!stale[@]}"; do
     say "stale training process PID ${stale[i]} of job ${jobs[i]} ($(proc_cmd "${stale[i]}")): sending SIGTERM"
-    kill -TERM "${stale[i]}" 2>/dev/null || true
   done
-  local deadline=$((SECONDS + _KILL_WAIT)) left
-  while :; do
-    left=0
-    for i in "${!stale[@]}"; do
-      [[ $(proc_start "${stale[i]}" 2>/dev/null) == "${starts[i]}" ]] && left=1
-    done
-    ((left == 0 || SECONDS >= deadline)) && break
-    sleep 0.2
-  done
+  proc_stop "$_KILL_WAIT" "${stale[@]}" || true
   for i in "${!stale[@]}"; do
-    if [[ $(proc_start "${stale[i]}" 2>/dev/null) != "${starts[i]}" ]]; then
-      say "PID ${stale[i]} (job ${jobs[i]}) ended after SIGTERM"
-      continue
-    fi
-    say "PID ${stale[i]} (job ${jobs[i]}) ignored SIGTERM for ${_KILL_WAIT}s: sending SIGKILL"
-    kill -KILL "${stale[i]}" 2>/dev/null || true
-    local n
-    for ((n = 0; n < 25; n++)); do
-      [[ $(proc_start "${stale[i]}" 2>/dev/null) == "${starts[i]}" ]] || break
-      sleep 0.2
-    done
-    if [[ $(proc_start "${stale[i]}" 2>/dev/null) == "${starts[i]}" ]]; then
+    if [[ " ${PROC_STOP_LEFT[*]} " == *" ${stale[i]} "* ]]; then
       say "warning: PID ${stale[i]} survived SIGKILL (stuck in the kernel?); the node may need attention"
+    elif [[ " ${PROC_STOP_KILLED[*]} " == *" ${stale[i]} "* ]]; then
+      say "PID ${stale[i]} (job ${jobs[i]}) ignored SIGTERM for ${_KILL_WAIT}s: killed with SIGKILL"
     else
-      say "PID ${stale[i]} (job ${jobs[i]}) killed"
+      say "PID ${stale[i]} (job ${jobs[i]}) ended after SIGTERM"
     fi
   done
 }

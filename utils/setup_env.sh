@@ -29,6 +29,9 @@ _STAMP=$_VENV_DIR/.lock-stamp
 _PYPROJECT=$_REPO_DIR/py/pyproject.toml
 _UV_VERSION=0.13.9
 _UV_HOME=$_REPO_DIR/.cache/uv
+# uv ships its own root certificates; sites that reach PyPI through a proxy with its own CA put that CA in the
+# system store, which pip uses. Make uv trust the same store.
+export UV_SYSTEM_CERTS=${UV_SYSTEM_CERTS:-1}
 
 _die() { echo "$_PROG: $*" >&2; exit 1; }
 _say() { echo "[setup_env] $*" >&2; }

@@ -103,6 +103,24 @@ def main():
     """Launch, observe and read MaxText jobs: logs, MFU, metrics, Ray, TSDBs."""
 
 
+@main.command(
+    "launch",
+    add_help_option=False,
+    context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False},
+)
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+def launch_command(args):
+    """Run MaxText training: launch <config.yml> [key=value ...] (arguments reach MaxText untouched)."""
+    # Imported here: the training entry wraps stdout for MFU, which no other command wants.
+    from jobkit import launch
+
+    if not args or args[0] in ("-h", "--help"):
+        click.echo(launch.USAGE.replace("python -m jobkit.launch", "jobkit launch"))
+        click.echo(launch.__doc__.split("\n\n", 1)[1].rstrip())
+        sys.exit(0 if args else launch.EXIT_SETUP)
+    launch.finish(launch.main(list(args)))
+
+
 @main.command("tgs")
 @click.argument("logfile")
 @click.option("--steady", default="5:14", show_default=True, help="Steady window FIRST:LAST (inclusive steps).")

@@ -1,4 +1,7 @@
-"""Training entry: `python -m jobkit.launch <config.yml> [key=value ...]`.
+"""Training entry: `jobkit launch <config.yml> [key=value ...]` (or `python -m jobkit.launch ...`).
+
+Its arguments are parsed by hand, not by click: everything after the config goes to MaxText untouched, and
+MaxText's own keys may look like options to a parser.
 
 Steps: decide MFU and say so in one line; wrap stdout/stderr for MFU; import
 MaxText's train module (PyPI `maxtext` or a source tree's `MaxText`); run its
@@ -19,7 +22,7 @@ from jobkit import mfu, mfu_stream
 
 # Newest layout first: PyPI maxtext >= 0.2, then source-tree images.
 TRAIN_MODULES = ("maxtext.trainers.pre_train.train", "MaxText.train")
-USAGE = "usage: python -m jobkit.launch <config.yml> [key=value ...]"
+USAGE = "usage: jobkit launch <config.yml> [key=value ...]"
 EXIT_SETUP = 2
 
 
