@@ -58,6 +58,17 @@ def cmdline(pid: int) -> list[str]:
     return [os.fsdecode(arg) for arg in data.split(b"\0")[:-1]] if data else []
 
 
+def environ(pid: int) -> dict[str, str] | None:
+    """The environment PID started with, or None when it is gone or unreadable."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            data = f.read()
+    except OSError:
+        return None
+    pairs = (item.partition(b"=") for item in data.split(b"\0"))
+    return {os.fsdecode(key): os.fsdecode(value) for key, sep, value in pairs if sep and key}
+
+
 def descendants(root: int) -> list[int]:
     """Every process below ROOT (children, grandchildren, ...), parents before children."""
     children: dict[int, list[int]] = {}

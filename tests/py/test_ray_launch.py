@@ -1,4 +1,5 @@
-"""py/jobkit/ray_launch.py and utils/lib/ray_cluster.sh against a real one-node Ray cluster.
+"""`jobkit ray-launch` (py/jobkit/ray_driver.py, ray_actor.py, ray_watchdog.py) and utils/lib/ray_cluster.sh
+against a real one-node Ray cluster.
 
 One Ray head for the whole module (started and stopped through utils/lib/ray_cluster.sh, on 127.0.0.1 with its own
 short --temp-dir); every test runs the launcher as a separate driver process against it. The head's
@@ -19,13 +20,17 @@ from pathlib import Path
 
 import pytest
 
-from jobkit import ray_launch
+from click.testing import CliRunner
+
+from jobkit import procfs, ray_actor, ray_driver
+from jobkit.cli import main as jobkit_main
 
 REPO = Path(__file__).resolve().parents[2]
-LIB = REPO / "utils" / "ray_cluster.sh"
+LIB = REPO / "utils" / "lib" / "ray_cluster.sh"
 SHIM = REPO / "utils" / "shims" / "py-spy"
 VENV_BIN = Path(sys.executable).parent
 RAY_CLI = VENV_BIN / "ray"
+JOBKIT = VENV_BIN / "jobkit"
 MARKER = ("JOBKIT_NODE_MARKER", "node env reaches the command")
 
 pytestmark = pytest.mark.skipif(not RAY_CLI.exists(), reason=f"no ray CLI next to {sys.executable}")
@@ -120,9 +125,8 @@ def cluster():
 
 def launch(cluster, *cmd, opts=(), **kwargs) -> subprocess.Popen:
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
-    env["PYTHONPATH"] = str(REPO / "py")
     return subprocess.Popen(
-        [sys.executable, "-m", "jobkit.ray_launch", "--address", cluster["address"], *opts, "--", *cmd],
+        [str(JOBKIT), "ray-launch", "--address", cluster["address"], *opts, "--", *cmd],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         env=env,
@@ -258,13 +262,11 @@ def test_pyspy_shim_dumps_the_training_process_of_an_actor(cluster, tmp_path):
 
 def test_unreachable_cluster_is_one_line_and_its_own_exit_code(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
-    env["PYTHONPATH"] = str(REPO / "py")
     closed = free_port()
     proc = subprocess.run(
         [
-            sys.executable,
-            "-m",
-            "jobkit.ray_launch",
+            str(JOBKIT),
+            "ray-launch",
             "--address",
             f"127.0.0.1:{closed}",
             "--",
@@ -276,7 +278,7 @@ def test_unreachable_cluster_is_one_line_and_its_own_exit_code(tmp_path):
         env=env,
         timeout=60,
     )
-    assert proc.returncode == ray_launch.EXIT_UNREACHABLE == 75
+    assert proc.returncode == ray_driver.EXIT_UNREACHABLE == 75
     assert proc.stdout == ""
     lines = proc.stderr.splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"[ray_launch] cannot reach the Ray cluster at 127.0.0.1:{closed}: ")
@@ -297,16 +299,19 @@ def test_missing_command_is_127(cluster):
 
 
 def test_usage_errors_are_2():
-    assert ray_launch.main(["--nodes", "1"]) == 2
-    assert ray_launch.main(["--nodes", "0", "--", "true"]) == 2
+    runner = CliRunner()
+    for args in (["--nodes", "1"], ["--nodes", "0", "--", "true"], ["--grace", "x", "--", "true"]):
+        result = runner.invoke(jobkit_main, ["ray-launch", *args])
+        assert result.exit_code == 2, (args, result.output)
+    assert "put it after '--'" in runner.invoke(jobkit_main, ["ray-launch"]).output
 
 
 def test_status_helpers():
-    assert ray_launch.describe_status(0) == "exited with code 0"
-    assert ray_launch.describe_status(-9) == "killed by SIGKILL"
-    assert ray_launch.shell_status(-15) == 143
-    assert ray_launch.first_failure([((1, 1), 2), ((0, 0), 0), ((2, 2), 5)]) == 2
-    assert ray_launch.first_failure([((0, 0), 0), ((1, 1), 0)]) == 0
+    assert ray_driver.describe_status(0) == "exited with code 0"
+    assert ray_driver.describe_status(-9) == "killed by SIGKILL"
+    assert ray_driver.shell_status(-15) == 143
+    assert ray_driver.first_failure([((1, 1), 2), ((0, 0), 0), ((2, 2), 5)]) == 2
+    assert ray_driver.first_failure([((0, 0), 0), ((1, 1), 0)]) == 0
 
 
 def test_child_env_restores_the_node_values():
@@ -325,7 +330,7 @@ def test_child_env_restores_the_node_values():
         "LD_PRELOAD": "jemalloc.so",
         "JOBKIT_PYSPY_SHIM_DIR": "/shim",
     }
-    env = ray_launch.child_env(worker, raylet, "/work")
+    env = ray_actor.child_env(worker, raylet, "/work")
     assert env == {
         "PATH": "/usr/bin",
         "KEEP": "x",
@@ -334,7 +339,7 @@ def test_child_env_restores_the_node_values():
         "PWD": "/work",
     }
     # Without the raylet's environment: the known worker additions go.
-    env = ray_launch.child_env(worker, None)
+    env = ray_actor.child_env(worker, None)
     assert "OMP_NUM_THREADS" not in env and "RAY_JOB_ID" not in env and env["KEEP"] == "x"
 
 
@@ -381,16 +386,16 @@ def test_save_logs_copies_the_session_logs(cluster, tmp_path):
 def test_output_sink_takes_the_commands_output_directly(monkeypatch, tmp_path):
     sink = tmp_path / "job.log"
     sink.write_text("before\n")
-    node = {**os.environ, ray_launch.OUTPUT_SINK_VAR: str(sink), MARKER[0]: MARKER[1]}
+    node = {**os.environ, ray_actor.OUTPUT_SINK_VAR: str(sink), MARKER[0]: MARKER[1]}
     monkeypatch.delenv("RAY_RAYLET_PID", raising=False)
     monkeypatch.setenv(*MARKER)
-    monkeypatch.setattr(ray_launch, "_read_environ", lambda pid: node)
-    runner = ray_launch.NodeRunner(0)
+    monkeypatch.setattr(procfs, "environ", lambda pid: node)
+    runner = ray_actor.NodeRunner(0)
     started = runner.start(
         [
             "bash",
             "-c",
-            f'echo "out ${{{MARKER[0]}}}"; echo "sink=${{{ray_launch.OUTPUT_SINK_VAR}:-}}"; echo err >&2; exit 4',
+            f'echo "out ${{{MARKER[0]}}}"; echo "sink=${{{ray_actor.OUTPUT_SINK_VAR}:-}}"; echo err >&2; exit 4',
         ],
         str(tmp_path),
     )
@@ -402,10 +407,10 @@ def test_output_sink_takes_the_commands_output_directly(monkeypatch, tmp_path):
 
 
 def test_unusable_output_sink_falls_back_to_streaming(monkeypatch, tmp_path):
-    node = {**os.environ, ray_launch.OUTPUT_SINK_VAR: str(tmp_path / "missing" / "log")}
+    node = {**os.environ, ray_actor.OUTPUT_SINK_VAR: str(tmp_path / "missing" / "log")}
     monkeypatch.delenv("RAY_RAYLET_PID", raising=False)
-    monkeypatch.setattr(ray_launch, "_read_environ", lambda pid: node)
-    runner = ray_launch.NodeRunner(0)
+    monkeypatch.setattr(procfs, "environ", lambda pid: node)
+    runner = ray_actor.NodeRunner(0)
     assert runner.start(["echo", "streamed"], str(tmp_path))["error"] is None
     events = list(runner.stream())
     assert events[-1]["code"] == 0
@@ -481,3 +486,23 @@ def test_renice_services_spares_the_raylet_and_training(cluster, tmp_path):
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.communicate(timeout=30)
+
+
+@pytest.mark.parametrize("said", [b"", b"done\n"])
+def test_watchdog_kills_the_group_only_when_its_pipe_closes_without_done(said):
+    group = subprocess.Popen(["sleep", "60"], process_group=0)
+    try:
+        watchdog = subprocess.Popen(
+            [sys.executable, "-I", "-S", ray_actor.WATCHDOG, str(group.pid)], stdin=subprocess.PIPE, process_group=0
+        )
+        assert watchdog.wait(timeout=10) == 0, "the starter exits at once, leaving the watcher detached"
+        watchdog.stdin.write(said)
+        watchdog.stdin.close()  # as when the actor dies (b"") or releases it after its command ended ("done")
+        if said:
+            time.sleep(1)
+            assert group.poll() is None, "a released watchdog must leave the group alone"
+        else:
+            assert group.wait(timeout=10) == -signal.SIGKILL
+    finally:
+        group.kill()
+        group.wait()
