@@ -19,7 +19,6 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-
 from click.testing import CliRunner
 
 from jobkit import procfs, ray_actor, ray_driver
