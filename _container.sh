@@ -39,6 +39,8 @@ _PROG=_container.sh
 SCRIPT_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source=utils/lib/container_runtime.sh
 source "$SCRIPT_DIR/utils/lib/container_runtime.sh"
+# shellcheck source=utils/lib/process.sh
+source "$SCRIPT_DIR/utils/lib/process.sh"
 
 # Where things appear inside the container.
 _IN_SCRIPTS=/workspace/launcher
@@ -219,16 +221,8 @@ _on_signal() {
   trap '' INT TERM
   _say "caught SIG$1: stopping container $_CONTAINER_NAME"
   timeout -k 5 60 "$_RUNTIME" stop -t 10 "$_CONTAINER_NAME" >/dev/null 2>&1 || true
-  if [[ -n ${_RUN_PID:-} ]]; then
-    local i
-    kill -TERM "$_RUN_PID" 2>/dev/null || true
-    for ((i = 0; i < 50; i++)); do
-      kill -0 "$_RUN_PID" 2>/dev/null || break
-      sleep 0.1
-    done
-    kill -KILL "$_RUN_PID" 2>/dev/null || true
-    wait "$_RUN_PID" 2>/dev/null || true
-  fi
+  # The client normally ends with its container; give it 5 s more, then KILL it.
+  if [[ -n ${_RUN_PID:-} ]]; then proc_stop 5 "$_RUN_PID" || true; fi
   exit "$2"
 }
 
@@ -243,7 +237,7 @@ _container_train() {
   trap '_on_signal TERM 143' TERM
   "$_RUNTIME" run "${_RUN_ARGS[@]}" "$_IMAGE" bash -c "$cmd" &
   _RUN_PID=$!
-  wait "$_RUN_PID" || rc=$?
+  proc_wait "$_RUN_PID" || rc=$?
   exit "$rc"
 }
 

@@ -30,28 +30,44 @@ source "$SCRIPT_DIR/utils/lib/resolve_model.sh"
 source "$SCRIPT_DIR/utils/lib/container_runtime.sh"
 # shellcheck source=utils/lib/job_log.sh
 source "$SCRIPT_DIR/utils/lib/job_log.sh"
-# shellcheck source=utils/lib/process_stop.sh
-source "$SCRIPT_DIR/utils/lib/process_stop.sh"
+# shellcheck source=utils/lib/process.sh
+source "$SCRIPT_DIR/utils/lib/process.sh"
 # shellcheck source=utils/lib/workspace.sh
 source "$SCRIPT_DIR/utils/lib/workspace.sh"
 
 _PROG=run_local.sh
-_die() { echo "$_PROG: $*" >&2; exit "${2:-1}"; }
+# _die MESSAGE [EXIT_CODE]: one line on stderr (the message only: users copy the hints in it), then exit.
+_die() { echo "$_PROG: $1" >&2; exit "${2:-1}"; }
 _usage() { sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "${BASH_SOURCE[0]}"; }
-
-_python_for_tools() {
-  if [[ -x ${VENV_DIR:-$SCRIPT_DIR/.venv}/bin/python ]]; then echo "${VENV_DIR:-$SCRIPT_DIR/.venv}/bin/python"
-  else command -v python3 || true
-  fi
-}
 
 # Prints the one-line TGS/MFU verdict; a missing interpreter or unparsable log never changes the exit code.
 _print_tgs_line() {
-  local log=$1 status=$2 rc=$3 python
-  python=$(_python_for_tools)
-  [[ -n $python ]] || return 0
-  PYTHONPATH=$SCRIPT_DIR/py${PYTHONPATH:+:$PYTHONPATH} \
-    "$python" -m jobkit tgs --line "$log" --status "$status" --exit-code "$rc" 2>&1 || true
+  local log=$1 status=$2 rc=$3
+  "$(proc_jobkit "$SCRIPT_DIR")" tgs --line "$log" --status "$status" --exit-code "$rc" 2>&1 || true
+}
+
+# _spec_in_args ARG...: the first argument before '--' that names a model, or "<model>" when none does.
+_spec_in_args() {
+  local arg
+  for arg; do
+    [[ $arg == -- ]] && break
+    [[ -n $arg && $arg != -* ]] || continue
+    if (parse_model_spec "$arg" && resolve_model "$MODEL_INPUT" "$CONFIGS_DIR") >/dev/null 2>&1; then
+      printf '%s' "$arg"; return 0
+    fi
+  done
+  printf '<model>'
+}
+
+# _after_separator ARG...: the arguments after the first '--', shell-quoted, with a leading " -- ".
+_after_separator() {
+  local i
+  for ((i = 1; i <= $#; i++)); do
+    if [[ ${!i} == -- ]]; then
+      (( i < $# )) && printf ' --' && printf ' %q' "${@:i+1}"
+      return 0
+    fi
+  done
 }
 
 _interactive() {
@@ -63,12 +79,19 @@ _interactive() {
 
 main() {
   if (( $# == 0 )); then _interactive; fi
-  case $1 in -h|--help) _usage; exit 0 ;; esac
+  case $1 in
+    -h|--help) _usage; exit 0 ;;
+    # An option first is usually a scheduler option (-N 2): there is none here, so say where those go.
+    -*)
+      local spec
+      spec=$(_spec_in_args "$@")
+      _die "'$1' is not a model; run_local.sh takes the model first and no scheduler options (it trains on this one machine): run_local.sh $spec$(_after_separator "$@"); for several nodes: submit.sh $spec -N <nodes>$(_after_separator "$@")" 2 ;;
+  esac
 
   # --- Validate everything before anything is created. ---
   parse_launch_args "$@" || exit 2
   if (( ${#SCHEDULER_ARGS[@]} )); then
-    _die "unexpected '${SCHEDULER_ARGS[*]}' before '--'; run_local.sh takes no scheduler options, MaxText overrides go after '--' (run_local.sh $1 -- steps=10)" 2
+    _die "unexpected '${SCHEDULER_ARGS[*]}' before '--'; run_local.sh takes no scheduler options (it trains on this one machine; several nodes: submit.sh), MaxText overrides go after '--' (run_local.sh $1 -- steps=10)" 2
   fi
   MODEL_NAME=$(resolve_model "$MODEL_INPUT" "$CONFIGS_DIR") || exit 2
   CONTAINER_RUNTIME=$(detect_container_runtime) || exit 2
@@ -106,16 +129,12 @@ main() {
     cancelled=$1
     echo "[run_local] caught SIG$2: stopping training (process group $train_pid)"
     kill -TERM -- "-$train_pid" 2>/dev/null || true
-    killer_pid=$(kill_after "${CANCEL_GRACE_SECONDS:-20}" "-$train_pid")
+    killer_pid=$(proc_kill_after "${CANCEL_GRACE_SECONDS:-20}" "-$train_pid")
   }
   trap '_cancel 130 INT' INT
   trap '_cancel 143 TERM' TERM
-  # wait returns early when a trap fires; keep waiting until training has really gone.
-  while true; do
-    rc=0; wait "$train_pid" || rc=$?
-    kill -0 "$train_pid" 2>/dev/null || break
-  done
-  cancel_kill_after "$killer_pid"
+  proc_wait "$train_pid" || rc=$?
+  proc_cancel_kill_after "$killer_pid"
   # A member of the group may outlive its leader (e.g. a forked helper); it must not outlive the job.
   kill -KILL -- "-$train_pid" 2>/dev/null || true
   trap - INT TERM

@@ -28,7 +28,8 @@ done
 unset _lib
 
 _PROG=submit.sh
-_die() { echo "$_PROG: $*" >&2; exit "${2:-1}"; }
+# _die MESSAGE [EXIT_CODE]: one line on stderr (the message only: users copy the hints in it), then exit.
+_die() { echo "$_PROG: $1" >&2; exit "${2:-1}"; }
 _say() { echo "[submit] $*" >&2; }
 _usage() { sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "${BASH_SOURCE[0]}"; }
 
@@ -37,9 +38,11 @@ _LONGEST_JOB_ID=9999999999
 # Job states that mean the job died before it could write its log.
 _EARLY_DEATH_STATES="FAILED CANCELLED NODE_FAIL BOOT_FAIL TIMEOUT OUT_OF_MEMORY DEADLINE"
 
-# -N/--nodes must be a positive count or min-max range; sbatch's own messages for these are obscure.
+# -N/--nodes must be a positive count or min-max range with min <= max; sbatch's own messages for these are
+# obscure. Sets MAX_NODES: the most nodes the job may get (1 when no -N is given: sbatch's default).
 _check_node_count() {
   local value="" arg i
+  MAX_NODES=1
   for ((i = 0; i < ${#SCHEDULER_ARGS[@]}; i++)); do
     arg=${SCHEDULER_ARGS[i]}
     case $arg in
@@ -51,12 +54,35 @@ _check_node_count() {
     if [[ ! $value =~ ^[1-9][0-9]*(-[1-9][0-9]*)?$ ]]; then
       _die "node count '$value' is not a positive number (or min-max range); e.g. -N 2" 2
     fi
+    if [[ $value == *-* ]] && (( 10#${value%-*} > 10#${value#*-} )); then
+      _die "node count '$value' has its minimum above its maximum; write MIN-MAX with MIN <= MAX, e.g. -N ${value#*-}-${value%-*}" 2
+    fi
+    MAX_NODES=$(( 10#${value#*-} ))
   done
+}
+
+# True when the job may span more than one node: -N above 1, or a -w/--nodelist naming several hosts
+# (sbatch then allocates all of them).
+_spans_nodes() {
+  local arg i list=""
+  (( MAX_NODES > 1 )) && return 0
+  for ((i = 0; i < ${#SCHEDULER_ARGS[@]}; i++)); do
+    arg=${SCHEDULER_ARGS[i]}
+    case $arg in
+      -w|--nodelist) list=${SCHEDULER_ARGS[i + 1]:-} ;;
+      -w*) list=${arg#-w} ;;
+      --nodelist=*) list=${arg#--nodelist=} ;;
+      *) continue ;;
+    esac
+    [[ $list == *[,[]* ]] && return 0
+  done
+  return 1
 }
 
 # Multi-node jobs need the workspace on storage every node sees; warn (only) when it looks node-local.
 _warn_if_node_local() {
   local fstype
+  _spans_nodes || return 0
   fstype=$(workspace_fstype "$1") || true
   case $fstype in
     nfs|nfs4|lustre|gpfs|beegfs|cifs|smb3|panfs|pvfs2|orangefs|wekafs|ceph|fuse.*|"") ;;
@@ -95,6 +121,23 @@ _check_early_death() {
     [[ $state == RUNNING || $state == COMPLETING || $state == COMPLETED ]] && return 0
   done
   return 0
+}
+
+# _sbatch_refusal OUTPUT: the one-line error for a failed sbatch. sbatch fails the same way for a job it
+# rejects and for a host that has no Slurm behind it; only the first is fixed in the sbatch arguments.
+_sbatch_refusal() {
+  local said
+  said=$(tr '\n' ' ' <<<"$1" | sed 's/  */ /g; s/ *$//')
+  case $said in
+    *"Could not establish a configuration source"*|*"Unable to process configuration file"*|\
+    *"slurm.conf"*"No such file"*|*"unable to status file"*|*"Unable to contact slurm controller"*|\
+    *"Unable to establish controller"*|*"Zero Bytes were transmitted or received"*)
+      echo "no Slurm configuration or controller is reachable from this host ($(hostname -s)); sbatch said: $said; set SLURM_CONF to your cluster's slurm.conf or submit from a login node (local test cluster: eval \"\$(utils/local_cluster.sh env)\")" ;;
+    *[Mm]"unge"*)
+      echo "sbatch cannot authenticate to Slurm from this host ($(hostname -s)): munge is not running or its key is not the cluster's; sbatch said: $said; start munged with the cluster's key or submit from a login node" ;;
+    *)
+      echo "sbatch refused the job: $said; fix the sbatch arguments before '--'" ;;
+  esac
 }
 
 main() {
@@ -148,7 +191,7 @@ main() {
   ); then
     remove_artifact "$artifact"
     rmdir "$JOB_WORKSPACE/.artifacts" 2>/dev/null || true
-    _die "sbatch refused the job: $(tr '\n' ' ' <<<"$sbatch_out" | sed 's/ *$//'); fix the sbatch arguments before '--'"
+    _die "$(_sbatch_refusal "$sbatch_out")"
   fi
   job_id=${sbatch_out##*$'\n'}
   job_id=${job_id%%;*}

@@ -65,6 +65,26 @@ bad_input() {
   [[ $output == *"MaxText overrides go after '--'"* ]]
 }
 
+@test "an error line ends with its hint, not with the exit code" {
+  bad_input tiny -N 2
+  [ "$status" -eq 2 ]
+  [[ $output == *"(run_local.sh tiny -- steps=10)" ]]
+}
+
+@test "-N before the model: says run_local.sh runs on this machine and suggests commands that work" {
+  bad_input -N 2 tiny -- steps=3
+  [ "$status" -eq 2 ]
+  [[ $output == *"'-N' is not a model"* ]]
+  [[ $output == *"run_local.sh tiny -- steps=3;"* ]]
+  [[ $output == *"submit.sh tiny -N <nodes> -- steps=3" ]]
+  [[ $output != *"run_local.sh tiny -N"* ]]
+  # the suggested run_local.sh command gets past the argument checks (it fails later only on the workspace)
+  JOB_WORKSPACE=/proc/ws run "$REPO_DIR/run_local.sh" tiny -- steps=3
+  [[ $output == *"JOB_WORKSPACE=/proc/ws is not writable"* ]]
+  bad_input -N 2 nosuchmodel
+  [[ $output == *"run_local.sh <model>;"* ]]
+}
+
 @test "unknown CONTAINER_RUNTIME" {
   CONTAINER_RUNTIME=lxc bad_input tiny
   [[ $output == *"CONTAINER_RUNTIME"*lxc* ]]

@@ -54,6 +54,10 @@ bad_input() {
   [[ $output == *"node count '-2'"* ]]
   bad_input tiny -N
   [[ $output == *"node count ''"* ]]
+  bad_input tiny -N 3-1
+  [[ $output == *"node count '3-1' has its minimum above its maximum"*"-N 1-3" ]]
+  bad_input tiny --nodes=10-9
+  [[ $output == *"node count '10-9' has its minimum above its maximum"* ]]
 }
 
 @test "STAGE_TIMEOUTS with an unknown stage, 0 or text is refused before submitting" {
@@ -72,6 +76,8 @@ bad_input() {
   for tool in bash env dirname sort; do ln -s "$(command -v "$tool")" "$bin/$tool"; done
   PATH=$bin bad_input tiny -N 1
   [[ $output == *"no sbatch on PATH"*"utils/local_cluster.sh up -N 2"* ]]
+  # the line ends with the command to copy, not with the exit code
+  [[ $output == *' && eval "$(utils/local_cluster.sh env)"' ]]
 }
 
 @test "JOB_WORKSPACE that cannot be written is refused" {
@@ -87,4 +93,73 @@ bad_input() {
   [[ $output == *"sbatch refused the job: sbatch: error: unrecognized option '--bogus'"* ]]
   [ -z "$(ls -A "$JOB_WORKSPACE/.artifacts" 2>/dev/null)" ]
   [ ! -e "$JOB_WORKSPACE/.artifacts" ]
+}
+
+# refused_by_sbatch MESSAGE...: an sbatch that prints MESSAGE lines on stderr and fails, as a real one does.
+refused_by_sbatch() {
+  local body="" line
+  for line; do body+="echo $(printf '%q' "$line") >&2; "; done
+  make_stub sbatch "${body}exit 1"
+  run "$REPO_DIR/submit.sh" tiny -N 2
+  [ "$status" -ne 0 ]
+  [ "$(grep -c '^submit.sh: ' <<<"$output")" -eq 1 ]
+  [[ ${lines[-1]} == "submit.sh: "* ]]
+  [ ! -e "$JOB_WORKSPACE/.artifacts" ]
+}
+
+@test "sbatch with no Slurm configuration or controller behind it: says so instead of blaming the arguments" {
+  refused_by_sbatch "sbatch: error: resolve_ctls_from_dns_srv: res_nsearch error: Unknown host" \
+    "sbatch: error: fetch_config: DNS SRV lookup failed" \
+    "sbatch: error: _establish_config_source: failed to fetch config" \
+    "sbatch: fatal: Could not establish a configuration source"
+  [[ $output == *"no Slurm configuration or controller is reachable from this host"*"set SLURM_CONF"*"login node"* ]]
+  [[ $output == *"; sbatch said: sbatch: error: resolve_ctls_from_dns_srv"* ]]
+  [[ $output != *"fix the sbatch arguments"* ]]
+
+  refused_by_sbatch "sbatch: error: Batch job submission failed: Unable to contact slurm controller (connect failure)"
+  [[ $output == *"no Slurm configuration or controller is reachable"*"set SLURM_CONF"* ]]
+
+  refused_by_sbatch "sbatch: error: s_p_parse_file: unable to status file /etc/slurm/slurm.conf: No such file or directory, retrying in 1sec up to 60sec" \
+    "sbatch: fatal: Unable to process configuration file"
+  [[ $output == *"no Slurm configuration or controller is reachable"* ]]
+
+  refused_by_sbatch "sbatch: error: Munge encode failed: Failed to access \"/run/munge/munge.socket.2\": No such file or directory (retrying ...)" \
+    "sbatch: error: Batch job submission failed: Protocol authentication error"
+  [[ $output == *"munge is not running"* ]]
+}
+
+# submit_ok ARGS...: submit.sh with a docker runtime stub and an sbatch that accepts the job (ids 4201,
+# 4202, ...) and records its argv, one argument per line; squeue says the job runs.
+submit_ok() {
+  make_stub docker 'exit 0'
+  make_stub sbatch "printf '%s\\n' \"\$@\" >'$BATS_TEST_TMPDIR/sbatch.argv'
+    echo x >>'$BATS_TEST_TMPDIR/sbatch.count'; echo \$((4200 + \$(wc -l <'$BATS_TEST_TMPDIR/sbatch.count')))"
+  make_stub squeue 'echo RUNNING'
+  CONTAINER_RUNTIME=docker EARLY_DEATH_CHECK_SECONDS=1 run "$REPO_DIR/submit.sh" "$@"
+  [ "$status" -eq 0 ]
+  [[ $output == *"Submitted job 42"[0-9][0-9]" (JAX-tiny)"* ]]
+}
+
+@test "the batch script asks for all of each node's memory (--mem=0), among its leading #SBATCH lines" {
+  submit_ok tiny -N 1
+  local script
+  script=$(grep '/_job.sbatch$' "$BATS_TEST_TMPDIR/sbatch.argv")
+  # sbatch reads #SBATCH lines only up to the first command
+  sed -n '2,/^[^#]/p' "$script" | grep -qx '#SBATCH --mem=0'
+}
+
+@test "the node-local workspace warning is only for jobs that may span several nodes" {
+  make_stub df 'printf "Filesystem Type 1024-blocks Used Available Capacity Mounted\n/dev/sda1 ext4 1 1 1 1%% /\n"'
+  submit_ok tiny -N 1
+  [[ $output != *"node-local"* ]]
+  submit_ok tiny
+  [[ $output != *"node-local"* ]]
+  submit_ok tiny -w node1
+  [[ $output != *"node-local"* ]]
+  submit_ok tiny -N 2
+  [[ $output == *"WARNING: JOB_WORKSPACE=$JOB_WORKSPACE is on 'ext4', which is usually node-local"* ]]
+  submit_ok tiny --nodes=1-2
+  [[ $output == *"node-local"* ]]
+  submit_ok tiny -w 'node[1-2]'
+  [[ $output == *"node-local"* ]]
 }

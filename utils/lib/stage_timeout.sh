@@ -11,6 +11,9 @@
 # State lives in two caller-visible variables: STAGE_LIMITS (assoc array stage -> seconds|none) and
 # STAGE_FAILURE (text of the last failed stage, for the job summary). Errors: "<caller>: ..." on stderr.
 
+# shellcheck source=utils/lib/process.sh
+source "$(dirname "${BASH_SOURCE[0]}")/process.sh"
+
 _stage_err() { echo "${0##*/}: $*" >&2; }
 
 # _stage_limit_value TEXT -> seconds or "none"; returns 1 for anything else.
@@ -79,9 +82,8 @@ run_stage() {
   fi
   pid=$!
   STAGE_RUNNING_PID=$pid
-  wait "$pid" || rc=$?
-  # A trap that interrupted wait may leave the stage running: wait for its real status.
-  while kill -0 "$pid" 2>/dev/null; do rc=0; wait "$pid" || rc=$?; done
+  # proc_wait outlasts a trap that interrupts it, and returns the stage's real status.
+  proc_wait "$pid" || rc=$?
   STAGE_RUNNING_PID=""
   local elapsed=$((SECONDS - start))
   if (( rc == 0 )); then
