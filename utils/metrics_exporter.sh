@@ -1,24 +1,29 @@
 #!/usr/bin/env bash
 # Usage: utils/metrics_exporter.sh [--watchdog] [--address A] [--port|-p P] [--interval|-i S] [--timeout S]
 #                                  [--plugins-dir D] [--sd-dir DIR]
-# Summary: Serve this node's hardware metrics on http://A:P/metrics, collected every S seconds by utils/*_metrics_plugin.sh
+# Summary: Serve this node's hardware metrics on http://A:P/metrics, collected every S seconds by utils/plugins/*_metrics_plugin.sh
 #
-# Runs the engine py/jobkit/exporter.py (one long-lived process). Every S seconds (default 10) it finds the
-# plugins anew (`D/*_metrics_plugin.sh`, default this directory) and runs them all at once, each with the short
+# Runs the engine `jobkit exporter` (py/jobkit/exporter.py, one long-lived process). Every S seconds (default 10)
+# it finds the plugins anew (`D/*_metrics_plugin.sh`, default utils/plugins) and runs them all at once, each with the short
 # host name as $1 and POLL_INTERVAL and _PLUGIN_STATE (the plugin's last `# STATE <value>` line) set. Exit 99
 # retires a plugin for good; a plugin that fails or runs past --timeout (default 5 s, its process group is
 # killed) has its last good output served again. Lines that are not Prometheus exposition text are dropped
 # and logged. Scrapes are answered from memory; any path other than /metrics is a 404.
 #
-#   --address A     address to listen on (default: this node's cluster-private IP, from utils/lib/cluster_ip.sh)
+#   --address A     IP address to listen on (default: this node's cluster-private IP, from utils/lib/cluster_ip.sh)
 #   --port P        first port to try (default 9500; 9400 is DCGM's); a taken port moves on to the next, logged
+#   --plugins-dir D directory of the plugins (default utils/plugins); must exist
 #   --sd-dir DIR    write DIR/<host>.json for Prometheus file_sd (atomically); removed on a clean stop
 #   --watchdog      keep the engine running: restart it (backoff 1, 2, 4 ... 30 s) when it dies of a signal or
-#                   a non-zero exit other than 2 (bad arguments); SIGTERM stops the engine and exits 0
+#                   a non-zero exit other than 2 (bad arguments); SIGTERM stops the engine (KILL after 10 s)
+#                   and exits 0
+# Bad arguments (an unknown flag, an address that is not one of this node's, a missing plugins dir) are one
+# error line and exit 2, with nothing started. `jobkit exporter --help` lists the engine's options.
 #
 # Log lines go to stderr, prefixed "[exporter <host>]". Added metrics: hw_scrape_duration_seconds and
 # hw_plugin_up per plugin, hw_exporter_cycles_total.
-#   VENV_DIR   Python environment to use (default <repo>/.venv; python3 from PATH when it has none)
+#   VENV_DIR   Python environment whose `jobkit` runs the engine (default <repo>/.venv; see proc_jobkit in
+#              utils/lib/process.sh)
 set -euo pipefail
 [[ -n ${_DEBUG:-} ]] && set -x
 
@@ -39,17 +44,17 @@ for arg in "$@"; do
     *) args+=("$arg") ;;
   esac
 done
+# shellcheck source=utils/lib/process.sh
+source "$_UTILS_DIR/lib/process.sh"
 if ((!have_address)); then
   # shellcheck source=utils/lib/cluster_ip.sh
   source "$_UTILS_DIR/lib/cluster_ip.sh"
-  addr=$(detect_cluster_ip) || { _log "no address to listen on: pass --address (e.g. 127.0.0.1) or set CLUSTER_IP"; exit 2; }
-  args=(--address "$addr" "${args[@]}")
+  # Without an address the engine reports it, after its own argument checks, so that an unknown flag is
+  # reported as such and not as a failed detection.
+  if addr=$(detect_cluster_ip 2>/dev/null); then args=(--address "$addr" "${args[@]}"); fi
 fi
 
-PY=${VENV_DIR:-$_REPO_DIR/.venv}/bin/python
-[[ -x $PY ]] || PY=$(command -v python3) || { _log "no Python found: create .venv (utils/setup_env.sh) or put python3 on PATH"; exit 2; }
-export PYTHONPATH=$_REPO_DIR/py${PYTHONPATH:+:$PYTHONPATH}
-engine=("$PY" -m jobkit.exporter "${args[@]}")
+engine=("$(proc_jobkit "$_REPO_DIR")" exporter "${args[@]}")
 
 ((watchdog)) || exec "${engine[@]}"
 
@@ -57,8 +62,7 @@ engine_pid="" sleep_pid="" stopping=0
 # shellcheck disable=SC2329  # invoked by the trap below
 _stop() {
   stopping=1
-  [[ -n $sleep_pid ]] && kill "$sleep_pid" 2>/dev/null
-  [[ -n $engine_pid ]] && kill -TERM "$engine_pid" 2>/dev/null
+  proc_stop 10 "$sleep_pid" "$engine_pid" || _log "watchdog: engine pid $engine_pid did not stop, even after KILL"
   return 0
 }
 trap _stop TERM INT HUP
@@ -69,12 +73,7 @@ while ((!stopping)); do
   "${engine[@]}" &
   engine_pid=$!
   _log "watchdog (pid $$): engine started, pid $engine_pid"
-  rc=0
-  # wait returns early when a trapped signal arrives; keep waiting until the engine itself is gone.
-  while :; do
-    wait "$engine_pid" && rc=0 || rc=$?
-    kill -0 "$engine_pid" 2>/dev/null || break
-  done
+  proc_wait "$engine_pid" && rc=0 || rc=$?
   engine_pid=""
   ((stopping)) && break
   if ((rc == 0)); then _log "watchdog: engine exited 0"; exit 0; fi
@@ -83,7 +82,7 @@ while ((!stopping)); do
   _log "watchdog: engine died (status $rc), restarting in ${backoff}s"
   sleep "$backoff" &
   sleep_pid=$!
-  wait "$sleep_pid" 2>/dev/null || true
+  proc_wait "$sleep_pid" || true
   sleep_pid=""
   backoff=$((backoff * 2 > 30 ? 30 : backoff * 2))
 done

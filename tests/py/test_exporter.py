@@ -1,4 +1,4 @@
-"""utils/metrics_exporter.sh + jobkit.exporter: real processes on loopback, each stopped by PID."""
+"""utils/metrics_exporter.sh + `jobkit exporter`: real processes on loopback, each stopped by PID."""
 
 import json
 import os
@@ -6,16 +6,23 @@ import re
 import signal
 import socket
 import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
+from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 from conftest import REPO
+from prometheus_client.parser import text_string_to_metric_families
 
+from jobkit import exporter as engine
+from jobkit.cli import main as jobkit_main
 from jobkit.exporter import parse_output
 
 EXPORTER = REPO / "utils" / "metrics_exporter.sh"
+JOBKIT = Path(sys.executable).parent / "jobkit"  # the venv's console script
 HOST = socket.gethostname().split(".", 1)[0]
 _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # never via a proxy
 
@@ -298,3 +305,109 @@ def test_watchdog_restarts_a_killed_engine(exporter, tmp_path):
     assert not _alive(second)
     assert not (sd / f"{HOST}.json").exists()
     assert "watchdog: stopped" in e.text()
+
+
+# ---- argument checks: one error naming the option, exit 2, nothing started ----------------------------------
+
+
+def _run_wrapper(*argv, env=None, timeout=30):
+    return subprocess.run(
+        [str(EXPORTER), *argv],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=dict(os.environ, **(env or {})),
+    )
+
+
+@pytest.mark.parametrize("watchdog", [False, True])
+def test_missing_plugins_dir_is_refused_before_anything_starts(tmp_path, watchdog):
+    port = _port_pair()
+    sd = tmp_path / "sd"
+    argv = ["--watchdog"] if watchdog else []
+    argv += ["--address", "127.0.0.1", "--port", str(port), "--sd-dir", str(sd)]
+    done = _run_wrapper(*argv, "--plugins-dir", str(tmp_path / "nonexistent"))
+    assert done.returncode == 2
+    error = [line for line in done.stderr.splitlines() if line.startswith("Error:")]
+    assert len(error) == 1 and "'--plugins-dir'" in error[0] and "pass the directory that holds" in error[0]
+    assert "serving http" not in done.stderr and "restarting in" not in done.stderr
+    assert not sd.exists() and _get(port)[0] is None
+
+
+def test_an_address_that_is_no_ip_names_the_address_option():
+    done = _run_wrapper("--address", "999.1.1.1")
+    assert done.returncode == 2
+    assert "Invalid value for '--address': 999.1.1.1 is not an IP address" in done.stderr
+
+
+def test_an_address_of_another_node_names_the_address_option_and_the_watchdog_gives_up():
+    # 192.0.2.0/24 is TEST-NET-1: never configured on a real node
+    done = _run_wrapper("--watchdog", "--address", "192.0.2.1", "--port", str(_port_pair()))
+    assert done.returncode == 2
+    assert "Invalid value for '--address': cannot listen on 192.0.2.1" in done.stderr
+    assert "not restarting" in done.stderr and "restarting in" not in done.stderr
+
+
+def test_an_unknown_flag_is_reported_as_such_even_when_no_address_can_be_detected():
+    done = _run_wrapper("--bogus", env={"CLUSTER_IP": "not-an-address"})
+    assert done.returncode == 2
+    assert "No such option '--bogus'" in done.stderr
+    assert "address" not in done.stderr.lower()
+
+
+def test_no_address_given_or_detected_tells_how_to_pass_one(tmp_path):
+    done = _run_wrapper("--plugins-dir", str(tmp_path), env={"CLUSTER_IP": "not-an-address"})
+    assert done.returncode == 2
+    assert "Invalid value for '--address' (env var: 'CLUSTER_IP'): not-an-address is not an IP address" in done.stderr
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--interval", "0"], "'--interval' / '-i': must be a positive number of seconds, got 0"),
+        (["--timeout", "-2"], "'--timeout': must be a positive number of seconds, got -2"),
+        (["--interval", "ten"], "must be a positive number of seconds, got ten"),
+        (["--interval", "nan"], "must be a positive number of seconds, got nan"),
+        (["--port", "70000"], "'--port' / '-p': 70000 is not in the range 1<=x<=65535"),
+    ],
+)
+def test_bad_numbers_are_usage_errors(argv, message):
+    result = CliRunner().invoke(jobkit_main, ["exporter", "--address", "127.0.0.1", *argv])
+    assert result.exit_code == 2
+    assert message in result.output
+
+
+def test_help_names_the_default_plugins_dir():
+    done = subprocess.run([str(JOBKIT), "exporter", "--help"], capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0
+    assert "[default: utils/plugins]" in done.stdout
+    assert engine.DEFAULT_PLUGINS_DIR == REPO / "utils" / "plugins"
+    wrapper_help = _run_wrapper("--help").stdout
+    assert "default utils/plugins" in wrapper_help and "jobkit exporter" in wrapper_help
+
+
+# ---- self-metrics: rendered by prometheus_client ---------------------------------------------------------
+
+
+def test_self_metrics_escape_label_values_and_parse_back(tmp_path):
+    e = engine.Exporter("127.0.0.1", 1, 1.0, 1.0, str(tmp_path))
+    e.host = 'odd"host\\name\nx'
+    plugin = engine.Plugin(str(tmp_path / 'we"ird_metrics_plugin.sh'))
+    plugin.body, plugin.duration, plugin.up = "fake_m 1\n", 0.0123456789, 0
+    e.plugins = {plugin.path: plugin}
+    e.cycles = 7
+    e.publish()
+    page = e.page.decode()
+    assert page.startswith("fake_m 1\n")
+    samples = {
+        (s.name, s.labels.get("plugin")): (s.labels["host"], s.value)
+        for family in text_string_to_metric_families(page)
+        for s in family.samples
+        if s.name.startswith("hw_")
+    }
+    assert samples == {
+        ("hw_scrape_duration_seconds", 'we"ird'): (e.host, 0.012346),
+        ("hw_plugin_up", 'we"ird'): (e.host, 0.0),
+        ("hw_exporter_cycles_total", None): (e.host, 7.0),
+    }
