@@ -37,6 +37,8 @@ set -euo pipefail
 [[ -n ${_DEBUG:-} ]] && set -x
 
 _PROG=local_cluster.sh
+# shellcheck source=utils/lib/process.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib/process.sh"
 # The daemons, ip and mungekey live in sbin, which a CI runner's PATH may lack.
 PATH=$PATH:/usr/local/sbin:/usr/sbin:/sbin
 _DIR=${LOCAL_CLUSTER_DIR:-/tmp/mxlc}
@@ -77,21 +79,9 @@ _need_root() {
 # A PID file holds "PID STARTTIME" (field 22 of /proc/PID/stat), so a PID reused by an unrelated
 # process after a crash is never mistaken for ours.
 
-# Prints the start time of a running process; fails for a dead one or a zombie (this machine's PID 1 may
-# reap orphans late, and a zombie has stopped: it counts as gone).
-_starttime() {
-  local stat
-  stat=$(cat "/proc/$1/stat" 2>/dev/null) || return 1
-  stat=${stat##*) }                       # drop "pid (comm) ", comm may hold spaces
-  # shellcheck disable=SC2086  # split the remaining fields on purpose
-  set -- $stat
-  [[ $1 != [ZX] ]] || return 1            # field 3: state
-  echo "${20}"                            # field 22: start time, the 20th after pid and comm
-}
-
 _record_pid() {                           # _record_pid NAME PID
   local start
-  start=$(_starttime "$2") || return 1
+  start=$(proc_start_time "$2") || return 1
   echo "$2 $start" >"$_PIDS/$1.pid"
 }
 
@@ -101,31 +91,14 @@ _live_pid() {
   [[ -r $_PIDS/$1.pid ]] || return 1
   read -r pid start <"$_PIDS/$1.pid" || return 1
   [[ $pid =~ ^[0-9]+$ ]] || return 1
-  now=$(_starttime "$pid") || return 1
+  now=$(proc_start_time "$pid") || return 1
   [[ $now == "$start" ]] || return 1
   echo "$pid"
 }
 
-# _stop_pids SECONDS PID...: SIGTERM, wait up to SECONDS, then SIGKILL what is left; returns once gone.
+# _stop_pids SECONDS PID...: proc_stop, with a word when something survives SIGKILL.
 _stop_pids() {
-  local grace=$1 pid i alive
-  shift
-  (( $# )) || return 0
-  kill -TERM "$@" 2>/dev/null || true
-  for (( i = 0; i < grace * 10; i++ )); do
-    alive=0
-    for pid; do _starttime "$pid" >/dev/null && alive=1; done
-    (( alive )) || return 0
-    sleep 0.1
-  done
-  kill -KILL "$@" 2>/dev/null || true
-  for (( i = 0; i < 50; i++ )); do
-    alive=0
-    for pid; do _starttime "$pid" >/dev/null && alive=1; done
-    (( alive )) || return 0
-    sleep 0.1
-  done
-  _say "warning: could not stop PID(s) $*"
+  proc_stop "$@" || _say "warning: could not stop PID(s) ${PROC_STOP_LEFT[*]}"
 }
 
 _daemons() {                              # names of the daemons of an N-node cluster

@@ -89,12 +89,15 @@ def test_bad_node_count_is_refused():
 @needs_root
 def test_up_needs_root():
     # An unprivileged user may not be able to reach the checkout (CI clones into a 0700 dir), so it runs a
-    # world-readable copy of the (self-contained) script.
+    # world-readable copy of the script and the one library it sources.
     scratch = Path(tempfile.mkdtemp(prefix="lc-nonroot-", dir="/tmp"))
     try:
-        scratch.chmod(0o755)
+        (scratch / "lib").mkdir(parents=True)
+        for path in (scratch, scratch / "lib"):
+            path.chmod(0o755)
         copy = scratch / "local_cluster.sh"
         shutil.copy2(SCRIPT, copy)
+        shutil.copy2(SCRIPT.parent / "lib" / "process.sh", scratch / "lib" / "process.sh")
         copy.chmod(0o755)
         result = subprocess.run(
             ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", str(copy), "up"],

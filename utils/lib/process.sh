@@ -1,7 +1,8 @@
 # shellcheck shell=bash
 # Summary: Start, find, wait for and stop processes, by PID only (sourced library; sourcing changes nothing)
 #
-# Every script that stops or watches a process uses this file, so "stop" means the same everywhere: TERM,
+# Safe under `set -euo pipefail`, which most callers run with. Every script that stops or watches a process
+# uses this file, so "stop" means the same everywhere: TERM,
 # a bounded wait, then KILL; never a match by name (other users' jobs share the node). A PID is only ever
 # signalled while it still has the start time it had when we looked at it, so a PID the kernel recycled
 # for someone else's process is left alone.
@@ -32,6 +33,7 @@ proc_stat() {
   read -r line 2>/dev/null <"/proc/$1/stat" || return 1
   rest=${line##*) }
   read -r -a rest <<<"$rest"
+  # shellcheck disable=SC2034  # named state for the caller
   PROC_STATE=${rest[0]} PROC_PPID=${rest[1]} PROC_PGID=${rest[2]} PROC_START=${rest[19]}
 }
 
@@ -58,7 +60,7 @@ proc_tree() {
     echo "$pid"
     for f in /proc/"$pid"/task/*/children; do
       kids=()
-      read -r -a kids 2>/dev/null <"$f"   # the list has no newline at its end, so read "fails" with data
+      read -r -a kids 2>/dev/null <"$f" || true   # the list has no newline at its end: read "fails" with data
       queue+=("${kids[@]}")
     done
   done
@@ -77,12 +79,12 @@ proc_stop() {
     if ((group)) && proc_stat "$pid" && [[ $PROC_PGID == "$pid" ]]; then targets[-1]=-$pid; fi
   done
   ((${#pids[@]})) || return 0
-  for i in "${!pids[@]}"; do kill -TERM -- "${targets[i]}" 2>/dev/null; done
+  for i in "${!pids[@]}"; do kill -TERM -- "${targets[i]}" 2>/dev/null || true; done
   _proc_wait_gone "$grace" pids starts && return 0
   for i in "${!pids[@]}"; do
     proc_alive "${pids[i]}" "${starts[i]}" || continue
     PROC_STOP_KILLED+=("${pids[i]}")
-    kill -KILL -- "${targets[i]}" 2>/dev/null
+    kill -KILL -- "${targets[i]}" 2>/dev/null || true
   done
   _proc_wait_gone 5 pids starts && return 0
   for i in "${!pids[@]}"; do proc_alive "${pids[i]}" "${starts[i]}" && PROC_STOP_LEFT+=("${pids[i]}"); done
@@ -97,10 +99,10 @@ _proc_wait_gone() {
   for ((n = 0; n <= tries; n++)); do
     left=0
     for i in "${!_pids[@]}"; do
-      if proc_alive "${_pids[i]}" "${_starts[i]}"; then left=1; else wait "${_pids[i]}" 2>/dev/null; fi
+      if proc_alive "${_pids[i]}" "${_starts[i]}"; then left=1; else wait "${_pids[i]}" 2>/dev/null || true; fi
     done
     ((left)) || return 0
-    ((n < tries)) && sleep 0.1
+    if ((n < tries)); then sleep 0.1; fi
   done
   return 1
 }
