@@ -31,12 +31,10 @@ def _fail(command: str, message: str, code: int):
 
 
 def _load(command: str, path: str) -> logparse.JobLog:
-    if not os.path.isfile(path):
-        _fail(command, f"no such log file: {path}", EXIT_BAD_INPUT)
     try:
-        return logparse.parse_file(path)
-    except OSError as exc:
-        _fail(command, f"cannot read {path}: {exc.strerror or exc}", EXIT_BAD_INPUT)
+        return logparse.load(path)
+    except logparse.LogError as exc:
+        _fail(command, str(exc), EXIT_BAD_INPUT)
 
 
 def _default_yml(log: logparse.JobLog) -> str | None:
@@ -137,7 +135,15 @@ def tgs_command(logfile, steady, as_json, as_line, status, exit_code, yml):
         _fail("tgs", str(exc), EXIT_BAD_INPUT)
     log = _load("tgs", logfile)
     if log.nnodes is None:
-        _fail("tgs", f"{logfile}: no NNODES= header line (not a job log?)", EXIT_NO_NNODES)
+        found = log.nnodes_header
+        if found is None:
+            _fail("tgs", f"{logfile}: no NNODES= header line (not a job log?)", EXIT_NO_NNODES)
+        _fail(
+            "tgs",
+            f"{logfile}: header line {found[0]}={found[1]!r} is not a number of nodes; "
+            "fix that line of the header (the job's node count) and rerun",
+            EXIT_NO_NNODES,
+        )
     summary = tgs.summarize(log, window, yml or _default_yml(log))
     if as_line:
         click.echo(tgs.format_line(summary, verdict(log, status, exit_code)))

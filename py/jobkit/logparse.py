@@ -4,6 +4,7 @@ Step lines may carry an `srun -l` task prefix (`0: `, ` 1: `) and may or may
 not carry the `MFU: X%` field that jobkit.launch inserts.
 """
 
+import os
 import re
 import shlex
 from dataclasses import dataclass, field
@@ -49,10 +50,18 @@ class JobLog:
     footer_exit: int | None = None
 
     @property
+    def nnodes_header(self) -> tuple[str, str] | None:
+        """(key, raw value) of the node-count header line: NNODES, else the legacy SLURM_JOB_NUM_NODES."""
+        for key in ("NNODES", "SLURM_JOB_NUM_NODES"):
+            if self.header.get(key):
+                return key, self.header[key]
+        return ("NNODES", "") if "NNODES" in self.header else None
+
+    @property
     def nnodes(self) -> int | None:
-        raw = self.header.get("NNODES") or self.header.get("SLURM_JOB_NUM_NODES")
+        found = self.nnodes_header
         try:
-            return int(raw) if raw is not None else None
+            return int(found[1]) if found else None
         except ValueError:
             return None
 
@@ -117,6 +126,39 @@ def parse_lines(lines, path: str = "<lines>") -> JobLog:
             if m:
                 log.footer_status, log.footer_exit = m.group("status"), int(m.group("rc"))
     return log
+
+
+class LogError(Exception):
+    """A path that cannot be read as a job log; the message is one line that says what to pass instead."""
+
+
+def load(path: str) -> JobLog:
+    """parse_file, with a LogError for a missing path, a directory or an unreadable file."""
+    if os.path.isdir(path):
+        raise LogError(f"{path} is a directory, not a log file; {_log_in_dir_hint(path)}")
+    if not os.path.exists(path):
+        raise LogError(f"no such log file: {path}")
+    if not os.path.isfile(path):
+        raise LogError(f"{path} is not a regular file; pass a job log, <JOB_WORKSPACE>/<JOB_ID>-<JOB_NAME>.log")
+    try:
+        return parse_file(path)
+    except OSError as exc:
+        raise LogError(f"cannot read {path}: {exc.strerror or exc}") from exc
+
+
+def _log_in_dir_hint(path: str) -> str:
+    # A job dir links its log as `log`; a workspace holds the logs themselves.
+    job_log = os.path.join(path, "log")
+    if os.path.isfile(job_log):
+        return f"for this job dir pass its log: {job_log}"
+    try:
+        logs = [e for e in os.scandir(path) if e.name.endswith(".log") and e.is_file()]
+    except OSError:
+        logs = []
+    if logs:
+        newest = max(logs, key=lambda e: e.stat().st_mtime)
+        return f"pass one of its .log files, e.g. the newest: {newest.path}"
+    return "pass a job log, <JOB_WORKSPACE>/<JOB_ID>-<JOB_NAME>.log (or a job dir's log link)"
 
 
 def parse_file(path: str) -> JobLog:

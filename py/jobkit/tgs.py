@@ -3,7 +3,9 @@
 Windows: warmup = steps before the steady window, steady = the window (5..14
 by default) minus any profiler steps, tail = steps after it, all = every step.
 Per step, values from several nodes are averaged first; the stats are the mean
-and population std over steps.
+and population std over steps. A step whose value is not finite (MaxText logs
+`inf` when a step's time rounds to zero, `nan` after a bad step) is left out of
+the stats and counted instead: every output says how many there were.
 """
 
 import math
@@ -28,8 +30,16 @@ class Stat:
     std: float  # population standard deviation ("spread")
 
 
+METRIC_NAMES = {"tgs": "Tokens/s/device", "tflops": "TFLOP/s/device", "mfu": "MFU", "seconds": "seconds"}
+
+
+def finite(value: float | None) -> bool:
+    return value is not None and math.isfinite(value)
+
+
 def stat(values) -> Stat | None:
-    vals = [v for v in values if v is not None and not math.isnan(v)]
+    """Mean and spread of the finite values; None when there is none."""
+    vals = [v for v in values if finite(v)]
     if not vals:
         return None
     return Stat(len(vals), statistics.fmean(vals), statistics.pstdev(vals))
@@ -126,6 +136,10 @@ class Window:
     def stats(self, metric: str) -> Stat | None:
         return stat(getattr(p, metric) for p in self.points)
 
+    def nonfinite(self, metric: str) -> list[StepPoint]:
+        """The steps whose value of `metric` is inf or nan (left out of stats())."""
+        return [p for p in self.points if getattr(p, metric) is not None and not math.isfinite(getattr(p, metric))]
+
 
 @dataclass
 class Summary:
@@ -194,9 +208,19 @@ def _warnings(s: Summary) -> list[str]:
         out.append(
             f"run logged steps {s.points[0].step}-{s.points[-1].step}; the steady window {a}-{b} needs steps>={b + 1}"
         )
+    steady = s.windows["steady"]
+    for metric in METRICS:
+        bad = steady.nonfinite(metric)
+        if bad:
+            n = len([p for p in steady.points if finite(getattr(p, metric))])
+            used = f"the steady mean uses the {n} finite one(s)" if n else "no steady mean"
+            out.append(
+                f"steady window {a}-{b}: {len(bad)} step(s) logged non-finite {METRIC_NAMES[metric]} "
+                f"({_describe_nonfinite(bad, metric)}); {used}"
+            )
     mean = s.tgs
     if mean:
-        low = [p.step for p in s.windows["steady"].points if p.tgs is not None and p.tgs < LOW_SAMPLE_FRACTION * mean]
+        low = [p.step for p in steady.points if finite(p.tgs) and p.tgs < LOW_SAMPLE_FRACTION * mean]
         if low:
             out.append(f"steady steps below {LOW_SAMPLE_FRACTION:.0%} of the steady mean: {_ranges(low)}")
     nodes = {e.node for e in s.log.entries if e.node is not None}
@@ -207,6 +231,14 @@ def _warnings(s: Summary) -> list[str]:
     if s.loss_mismatch_steps:
         out.append(f"loss differs between nodes at steps {_ranges(s.loss_mismatch_steps)}")
     return out
+
+
+def _describe_nonfinite(points: list[StepPoint], metric: str) -> str:
+    """'inf at 7,9-10, nan at 12'."""
+    by_kind: dict[str, list[int]] = {}
+    for p in points:
+        by_kind.setdefault(str(getattr(p, metric)), []).append(p.step)
+    return ", ".join(f"{kind} at {_ranges(steps)}" for kind, steps in by_kind.items())
 
 
 def _ranges(steps: list[int]) -> str:
@@ -238,8 +270,11 @@ def _clean(value):
     return value
 
 
-def _stat_dict(s: Stat | None) -> dict | None:
-    return None if s is None else {"n": s.n, "mean": _clean(s.mean), "std": _clean(s.std)}
+def _stat_dict(s: Stat | None, nonfinite: int = 0) -> dict | None:
+    """n/mean/std of the finite values plus how many were not finite; None when there were no values."""
+    if s is None:
+        return {"n": 0, "mean": None, "std": None, "nonfinite": nonfinite} if nonfinite else None
+    return {"n": s.n, "mean": _clean(s.mean), "std": _clean(s.std), "nonfinite": nonfinite}
 
 
 def to_dict(s: Summary) -> dict:
@@ -260,11 +295,12 @@ def to_dict(s: Summary) -> dict:
             name: {
                 "range": list(w.span) if w.span else None,
                 "n": len(w.points),
-                **{m: _stat_dict(w.stats(m)) for m in METRICS},
+                **{m: _stat_dict(w.stats(m), len(w.nonfinite(m))) for m in METRICS},
             }
             for name, w in s.windows.items()
         },
         "tgs": _clean(s.tgs),
+        "tgs_unavailable": None if s.tgs is not None else _no_steady_reason(s),
         "mfu": _clean(s.mfu),
         "final_loss": _clean(s.final_loss),
         "loss_mismatch_steps": s.loss_mismatch_steps,
@@ -281,11 +317,12 @@ def to_dict(s: Summary) -> dict:
     }
 
 
-def _cell(st: Stat | None, fmt) -> str:
+def _cell(st: Stat | None, fmt, nonfinite: int = 0) -> str:
+    bad = f" +{nonfinite} inf/nan" if nonfinite else ""
     if st is None:
-        return "-"
+        return f"-{bad}"
     spread = f" ±{fmt(st.std)}" if st.n > 1 else ""
-    return f"{fmt(st.mean)}{spread}"
+    return f"{fmt(st.mean)}{spread}{bad}"
 
 
 def format_table(s: Summary) -> str:
@@ -303,10 +340,10 @@ def format_table(s: Summary) -> str:
         span = f"{w.span[0]}-{w.span[1]}" if w.span else "-"
         lines.append(
             f"{name:<8} {span:<9} {len(w.points):>3}  "
-            f"{_cell(w.stats('tgs'), fmt_tgs):<22} "
-            f"{_cell(w.stats('tflops'), lambda v: f'{v:.3f}'):<18} "
-            f"{_cell(w.stats('mfu'), lambda v: f'{v:.2f}'):<14} "
-            f"{_cell(w.stats('seconds'), lambda v: f'{v:.3f}'):<14}"
+            f"{_cell(w.stats('tgs'), fmt_tgs, len(w.nonfinite('tgs'))):<22} "
+            f"{_cell(w.stats('tflops'), lambda v: f'{v:.3f}', len(w.nonfinite('tflops'))):<18} "
+            f"{_cell(w.stats('mfu'), lambda v: f'{v:.2f}', len(w.nonfinite('mfu'))):<14} "
+            f"{_cell(w.stats('seconds'), lambda v: f'{v:.3f}', len(w.nonfinite('seconds'))):<14}"
         )
     lines.append("")
     if s.excluded:
@@ -314,7 +351,11 @@ def format_table(s: Summary) -> str:
     steady = s.windows["steady"].stats("tgs")
     if steady:
         rel = f" ({steady.std / steady.mean:.1%})" if steady.mean else ""
-        lines.append(f"TGS (steady mean): {fmt_tgs(steady.mean)} ±{fmt_tgs(steady.std)}{rel} over {steady.n} step(s)")
+        bad = len(s.windows["steady"].nonfinite("tgs"))
+        skipped = f" ({bad} non-finite step(s) left out)" if bad else ""
+        lines.append(
+            f"TGS (steady mean): {fmt_tgs(steady.mean)} ±{fmt_tgs(steady.std)}{rel} over {steady.n} step(s){skipped}"
+        )
     else:
         lines.append(f"TGS: n/a ({_no_steady_reason(s)})")
     if s.final_loss is not None:
@@ -327,6 +368,15 @@ def _no_steady_reason(s: Summary) -> str:
     a, b = s.steady_range
     if not s.points:
         return "no step lines"
+    steady = s.windows["steady"].points
+    if steady:
+        bad = s.windows["steady"].nonfinite("tgs")
+        if bad:
+            return (
+                f"all {len(bad)} logged steady step(s) {a}-{b} have non-finite Tokens/s/device "
+                f"({_describe_nonfinite(bad, 'tgs')})"
+            )
+        return f"no Tokens/s/device in the steady steps {a}-{b}"
     if s.excluded and s.points[-1].step > b:
         return f"every step of the steady window {a}-{b} is inside the profiler window {s.excluded[0]}-{s.excluded[1]}"
     return f"steady window {a}-{b} needs steps>={b + 1}, run logged {len(s.points)}"
@@ -344,7 +394,10 @@ def format_line(s: Summary, verdict: str) -> str:
         perf = f"TGS n/a ({_no_steady_reason(s)})"
     else:
         n = s.windows["steady"].stats("tgs").n
+        bad = len(s.windows["steady"].nonfinite("tgs"))
         partial = f" ({n}/{s.steady_target} steady steps)" if n < s.steady_target else ""
+        if bad:
+            partial = f" ({n}/{s.steady_target} steady steps, {bad} non-finite)"
         perf = f"{fmt_tgs(tgs)} TGS/device{partial}"
         if s.mfu is not None:
             perf += f", {fmt_pct(s.mfu)}% MFU"

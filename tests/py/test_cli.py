@@ -1,13 +1,13 @@
-"""`python -m jobkit` commands through click's CliRunner (and once for real)."""
+"""`jobkit` commands through click's CliRunner (and once for real, through the venv's console script)."""
 
 import json
-import os
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 from click.testing import CliRunner
-from conftest import FIXTURES, JOBKIT_LOGS, PY_DIR, TOOLS
+from conftest import FIXTURES, JOBKIT_LOGS, TOOLS
 
 from jobkit import cli, peaks
 
@@ -68,6 +68,52 @@ def test_missing_file():
     assert r.stderr == "jobkit tgs: no such log file: /nonexistent/x.log\n"
 
 
+def test_directory_says_what_to_pass(tmp_path):
+    r = run("tgs", str(tmp_path))
+    assert r.exit_code == 1
+    assert r.stderr == f"jobkit tgs: {tmp_path} is a directory, not a log file; pass a job log, " + (
+        "<JOB_WORKSPACE>/<JOB_ID>-<JOB_NAME>.log (or a job dir's log link)\n"
+    )
+    job_dir = tmp_path / "local_1-JAX-tiny"
+    job_dir.mkdir()
+    (tmp_path / "local_1-JAX-tiny.log").write_text(open(MFU_LOG).read())
+    (job_dir / "log").symlink_to("../local_1-JAX-tiny.log")
+    r = run("tgs", str(job_dir))
+    assert (
+        r.stderr
+        == f"jobkit tgs: {job_dir} is a directory, not a log file; for this job dir pass its log: {job_dir}/log\n"
+    )
+    assert run("tgs", str(job_dir / "log")).exit_code == 0
+    r = run("why", str(tmp_path))
+    assert r.exit_code == 1
+    assert r.stderr.startswith(f"jobkit why: {tmp_path} is a directory") and r.stderr.count("\n") == 1
+    assert f"e.g. the newest: {tmp_path}/local_1-JAX-tiny.log" in r.stderr
+
+
+def test_node_count_that_is_not_a_number(tmp_path):
+    log = tmp_path / "bad.log"
+    log.write_text(open(MFU_LOG).read().replace("NNODES=1\n", "NNODES=abc\n"))
+    r = run("tgs", str(log))
+    assert r.exit_code == 3
+    assert "header line NNODES='abc' is not a number of nodes" in r.stderr and r.stderr.count("\n") == 1
+    assert "no NNODES= header" not in r.stderr
+
+
+def test_non_finite_steps_are_reported_not_a_traceback(tmp_path):
+    text = open(MFU_LOG).read()
+    text = re.sub(r"(completed step: 7,.*?Tokens/s/device: )[\d.]+", r"\g<1>inf", text)
+    text = re.sub(r"(completed step: 9,.*?Tokens/s/device: )[\d.]+", r"\g<1>nan", text)
+    log = tmp_path / "inf.log"
+    log.write_text(text)
+    r = run("tgs", str(log))
+    assert r.exit_code == 0, r.output
+    assert "(inf at 7, nan at 9); the steady mean uses the 8 finite one(s)" in r.stdout
+    d = json.loads(run("tgs", "--json", str(log)).stdout)
+    assert d["windows"]["steady"]["tgs"]["nonfinite"] == 2 and d["tgs"] is not None
+    line = run("tgs", "--line", str(log), "--status", "SUCCESS").stdout
+    assert "TGS/device (8/10 steady steps, 2 non-finite)" in line and line.endswith("— PASS\n")
+
+
 def test_no_nnodes_header():
     r = run("tgs", str(FIXTURES / "logs" / "maxtext-cpu-tiny-20steps.log"))
     assert r.exit_code == 3
@@ -107,14 +153,14 @@ def test_why():
     assert "Coordination service agent failed to register" in r.stdout
 
 
-def test_python_dash_m_entry_point():
-    env = dict(os.environ, PYTHONPATH=str(PY_DIR))
+def test_console_script_entry_point():
+    # The venv's `jobkit` (what the launchers run at the end of a job), installed next to this interpreter.
+    jobkit = Path(sys.executable).parent / "jobkit"
     done = subprocess.run(
-        [sys.executable, "-m", "jobkit", "tgs", "--line", MFU_LOG, "--status", "SUCCESS"],
+        [str(jobkit), "tgs", "--line", MFU_LOG, "--status", "SUCCESS"],
         capture_output=True,
         text=True,
-        env=env,
         timeout=60,
     )
-    assert done.returncode == 0
+    assert done.returncode == 0, done.stderr
     assert LINE_RE.fullmatch(done.stdout)

@@ -218,3 +218,67 @@ def test_parse_steady():
     for bad in ("5", "9:3", "a:b", "-1:4"):
         with pytest.raises(ValueError):
             tgs.parse_steady(bad)
+
+
+# ---- non-finite values ------------------------------------------------------------
+
+
+def with_tgs(values: dict[int, str], last_step: int = 20) -> str:
+    """A 1-node log of steps 0..last_step, Tokens/s/device 1000 + step unless `values` says otherwise."""
+    lines = [HEADER.rstrip("\n")]
+    for step in range(last_step + 1):
+        value = values.get(step, f"{1000 + step}.0")
+        lines.append(
+            f"completed step: {step}, seconds: 0.010, TFLOP/s/device: 0.010, Tokens/s/device: {value}, loss: 5.0"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def test_inf_steps_are_left_out_and_counted():
+    s = tgs.summarize(logparse.parse_text(with_tgs({7: "inf", 9: "inf", 10: "nan"})))
+    finite = [1000 + step for step in range(5, 15) if step not in (7, 9, 10)]
+    assert s.tgs == pytest.approx(statistics.fmean(finite))
+    assert s.windows["steady"].stats("tgs").std == pytest.approx(statistics.pstdev(finite))
+    assert [p.step for p in s.windows["steady"].nonfinite("tgs")] == [7, 9, 10]
+    warning = next(w for w in s.warnings if "non-finite" in w)
+    assert warning == (
+        "steady window 5-14: 3 step(s) logged non-finite Tokens/s/device (inf at 7,9, nan at 10); "
+        "the steady mean uses the 7 finite one(s)"
+    )
+    assert not any("needs steps" in w for w in s.warnings)
+    line = tgs.format_line(s, "PASS")
+    assert line.endswith(f"{tgs.fmt_tgs(s.tgs)} TGS/device (7/10 steady steps, 3 non-finite) — PASS")
+    table = tgs.format_table(s)
+    assert re.search(r"^steady\s+5-14\s+10\s+[\d,]+ ±[\d.,]+ \+3 inf/nan", table, re.M), table
+    assert "over 7 step(s) (3 non-finite step(s) left out)" in table
+    d = tgs.to_dict(s)
+    assert d["windows"]["steady"]["tgs"]["n"] == 7 and d["windows"]["steady"]["tgs"]["nonfinite"] == 3
+    assert d["windows"]["steady"]["seconds"]["nonfinite"] == 0
+    assert d["tgs_unavailable"] is None
+    assert [p["tgs"] for p in d["per_step"] if p["step"] in (7, 10)] == [None, None]
+
+
+def test_all_steady_steps_non_finite_say_so_instead_of_too_few_steps():
+    s = tgs.summarize(logparse.parse_text(with_tgs({step: "nan" for step in range(5, 15)})))
+    assert s.tgs is None
+    reason = "all 10 logged steady step(s) 5-14 have non-finite Tokens/s/device (nan at 5-14)"
+    assert tgs.format_line(s, "PASS").endswith(f"TGS n/a ({reason}) — PASS")
+    assert f"TGS: n/a ({reason})" in tgs.format_table(s)
+    assert "needs steps" not in tgs.format_table(s)
+    d = tgs.to_dict(s)
+    assert d["tgs"] is None and d["tgs_unavailable"] == reason
+    assert d["windows"]["steady"]["tgs"] == {"n": 0, "mean": None, "std": None, "nonfinite": 10}
+    assert any("no steady mean" in w for w in s.warnings)
+
+
+def test_negative_inf_is_not_a_slow_step():
+    s = tgs.summarize(logparse.parse_text(with_tgs({8: "-inf"})))
+    assert s.tgs == pytest.approx(statistics.fmean(1000 + step for step in range(5, 15) if step != 8))
+    assert not any("below" in w for w in s.warnings)
+    assert any("-inf at 8" in w for w in s.warnings)
+
+
+def test_bad_node_count_header_is_kept_for_the_message():
+    log = logparse.parse_text(HEADER.replace("NNODES=1", "NNODES=abc"))
+    assert log.nnodes is None and log.nnodes_header == ("NNODES", "abc")
+    assert logparse.parse_text("JOB_ID=x\n").nnodes_header is None
