@@ -5,7 +5,7 @@
 # Runs `run_local.sh tiny -- steps=STEPS` (default 200) ROUNDS times (default 3) with RAY=0 and with RAY=1,
 # alternating, on one warm JAX compile cache, so that machine noise hits both alike. Per run it records:
 #   first step   seconds from starting run_local.sh to the log's "completed step: 0" line (polled every 0.05 s)
-#   TGS          steady-state tokens/s/device over steps 20..STEPS-1 (`python -m jobkit tgs --json`)
+#   TGS          steady-state tokens/s/device over steps 20..STEPS-1 (`jobkit tgs --json`)
 # and prints one table row per round plus the mean and median of the ratios: TGS(RAY=1)/TGS(RAY=0) (goal >= 0.98) and first-step
 # delta RAY=1 - RAY=0 (goal <= 10 s). Not part of CI.
 set -euo pipefail
@@ -21,7 +21,10 @@ ROUNDS=${1:-3} STEPS=${2:-200}
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
 export JAX_CACHE_DIR=$WORK/jax_cache CONTAINER_RUNTIME=none
-PY=$REPO_DIR/.venv/bin/python
+# shellcheck source=utils/lib/process.sh
+source "$REPO_DIR/utils/lib/process.sh"
+PY=$(proc_python "$REPO_DIR")
+JOBKIT=$(proc_jobkit "$REPO_DIR")
 
 _now() { date +%s.%N; }
 
@@ -48,7 +51,7 @@ _run() {
     echo "ray_overhead.sh: the RAY=$ray run failed; its log is kept in $kept" >&2
     exit 1
   fi
-  PYTHONPATH=$REPO_DIR/py "$PY" -m jobkit tgs --json --steady "20:$((STEPS - 1))" "$log" |
+  "$JOBKIT" tgs --json --steady "20:$((STEPS - 1))" "$log" |
     "$PY" -c 'import json,sys; print(sys.argv[1], json.load(sys.stdin)["windows"]["steady"]["tgs"]["mean"])' "${first:-nan}"
 }
 

@@ -167,6 +167,15 @@ def test_ray_that_cannot_start_still_trains(tmp_path, jax_cache):
     text = log.read_text()
     assert result.returncode == 0, text[-4000:]
     assert "Ray cluster failed to start" in text and "training without Ray" in text, text[-4000:]
+    # What did start is still reachable: the tunnel names Prometheus and TensorBoard, not the dashboard.
+    prom = re.search(r"Prometheus on 127\.0\.0\.1:(\d+)", text)
+    board = re.search(r"TensorBoard on 127\.0\.0\.1:(\d+)", text)
+    assert prom and board, text[-4000:]
+    tunnel = re.search(r"^\s*ssh -N (.*)$", text, re.M)
+    assert tunnel, text[:4000]
+    for port in (prom[1], board[1]):
+        assert f"-L {port}:127.0.0.1:{port}" in tunnel[1], tunnel[0]
+    assert "Ray dashboard" not in text and f"utils/prometheus.sh view {job_dir}" in text
     assert sorted(int(s) for s, _ in STEP_RE.findall(text)) == [0, 1, 2]
     alive = leftovers(header(text)["JOB_ID"])
     assert not alive, describe(alive)

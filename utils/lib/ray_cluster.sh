@@ -48,6 +48,8 @@ _RAY_CLUSTER_SH_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 _RAY_CLUSTER_JOBKIT=$(cd "$_RAY_CLUSTER_SH_DIR/../../py/bin" && pwd)/jobkit  # the package, run from this checkout
 # shellcheck source=utils/lib/free_port.sh disable=SC1091 # followed with shellcheck -x
 source "$_RAY_CLUSTER_SH_DIR/free_port.sh"
+# shellcheck source=utils/lib/process.sh disable=SC1091
+source "$_RAY_CLUSTER_SH_DIR/process.sh"
 
 _ray_err() { echo "ray_cluster: $*" >&2; }
 
@@ -384,16 +386,6 @@ ray_node_pids() {
   return 0
 }
 
-# Prints those of the PIDs that still exist and are not zombies.
-_ray_alive() {
-  local pid state line
-  for pid in "$@"; do
-    read -r line 2>/dev/null </proc/"$pid"/stat || continue
-    state=${line##*) } state=${state%% *}
-    [[ $state == Z ]] || echo "$pid"
-  done
-}
-
 # True when every PID given is Ray's GCS server or autoscaler monitor (processes that outlive TERM).
 _ray_only_term_ignorers() {
   local pid exe cmd
@@ -417,40 +409,28 @@ ray_stop_node() {
     _ray_err "GRACE '$grace' is not a number of seconds; use e.g. 5"
     return 2
   fi
+  # proc_stop counts whole seconds: a fraction rounds up.
+  [[ $grace == *.* ]] && grace=$((10#${grace%%.*} + 1))
   local -a pids=() first=() left=()
-  local pid round end
+  local pid round
   mapfile -t pids < <(ray_node_pids "$dir")
   ((${#pids[@]})) || return 0
   # TERM all but the GCS server and the autoscaler monitor: the raylet unregisters from the GCS on TERM and
   # hangs for seconds when the GCS is already gone, while those two ignore TERM (measured, Ray 2.60). With the
   # GCS still up, everything else is gone within ~0.1 s; then the two are KILLed (they hold nothing to save).
   for pid in "${pids[@]}"; do _ray_only_term_ignorers "$pid" || first+=("$pid"); done
-  if ((${#first[@]})); then
-    kill -TERM "${first[@]}" 2>/dev/null
-    end=$(awk -v g="$grace" 'BEGIN { print int(g * 20) }')
-    for ((round = 0; round < end; round++)); do
-      mapfile -t left < <(_ray_alive "${first[@]}")
-      ((${#left[@]})) || break
-      sleep 0.05
-    done
-  fi
-  # KILL what is left, and anything of the node that appeared meanwhile; twice, for late forks.
-  for round in 1 2; do
-    mapfile -t left < <({ _ray_alive "${pids[@]}"; ray_node_pids "$dir"; } | sort -un)
+  ((${#first[@]})) && proc_stop "$grace" "${first[@]}"
+  # Then what is left, and anything of the node that appeared meanwhile; twice, for late forks.
+  for round in 1 2 3; do
+    mapfile -t left < <({
+      for pid in "${pids[@]}"; do proc_alive "$pid" && echo "$pid"; done
+      ray_node_pids "$dir"
+    } | sort -un)
     ((${#left[@]})) || return 0
-    kill -KILL "${left[@]}" 2>/dev/null
-    pids=("${left[@]}")
-    for ((end = 0; end < 40; end++)); do
-      mapfile -t left < <(_ray_alive "${pids[@]}")
-      ((${#left[@]})) || break
-      sleep 0.05
-    done
+    ((round < 3)) && proc_stop 0 "${left[@]}"
   done
-  mapfile -t left < <({ _ray_alive "${pids[@]}"; ray_node_pids "$dir"; } | sort -un)
-  if ((${#left[@]})); then
-    _ray_err "processes of the Ray node in $dir survived KILL: ${left[*]}; check them with ps -fp ${left[0]}"
-    return 1
-  fi
+  _ray_err "processes of the Ray node in $dir survived KILL: ${left[*]}; check them with ps -fp ${left[0]}"
+  return 1
 }
 
 ray_save_logs() {
