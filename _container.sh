@@ -62,9 +62,19 @@ _CONTAINER_ENV_ALLOWLIST=(
   RAY_DASHBOARD_PORT RAY_METRICS_PORT RAY_JOIN_TRIES RAY_JOIN_DELAY RAY_NODES_TIMEOUT   # RAY=1 knobs,
   PROMETHEUS_PORT TENSORBOARD TENSORBOARD_PORT EXPORTER_PORT EXPORTER_INTERVAL         # see utils/lib/observability.sh
   CLUSTER_IP SLURM_SUBMIT_HOST                  # this node's address when set by hand; login node for tunnel hints
+  RAY_START_TIMEOUT RAY_STOP_GRACE RAY_START_ARGS RAY_BIN RAY_REPORTER_INTERVAL_MS    # Ray node start/stop,
+  RAY_DASHBOARD_ENABLE_PROFILING RAY_DASHBOARD_SELF_METRICS_INTERVAL_S               # see utils/lib/ray_cluster.sh
+  OBS_NICE OBS_PYTHON TB_BRIDGE_INTERVAL        # observability services' niceness, interpreter, tb poll
   STAGE_TIMEOUTS                                # per-stage timeout overrides
-  HARDWARE_PEAK_TFLOPS TUNE_PROFILE ENABLE_XLA_DUMP   # training-tier knobs
+  HARDWARE_PEAK_TFLOPS TUNE_PROFILE ENABLE_XLA_DUMP CPU_DEVICES_PER_NODE   # training-tier knobs (train_env.sh)
+  TRAIN_PYTHON MAXTEXT_FAST_EXIT                # training's interpreter; 0 = let Python exit slowly
+  _DEBUG                                        # set -x in the training tier too
 )
+# Deliberately not on the list (tests/bats/container.bats keeps these two lists honest against the README
+# and the training tier's sources): JOB_WORKSPACE and DATASET_DIR are mounts; CONTAINER_RUNTIME,
+# DOCKER_IMAGE, DOCKER_REGISTRY choose the container; JAX_CACHE_DIR and VENV_DIR are host paths (the cache
+# is <workspace>/.jax_cache on the /outputs mount, the image brings its Python); XLA_FLAGS is the image's
+# own (change it per job with _env_XLA_FLAGS or TUNE_PROFILE); TMPDIR and USER are the container's own.
 
 _die() { echo "$_PROG: $1" >&2; exit "${2:-1}"; }
 _usage_error() { _die "$1; see '$_PROG --help'" 2; }

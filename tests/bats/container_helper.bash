@@ -98,3 +98,27 @@ argv_env_names() {
     if [[ ${argv[i]} == --env ]]; then echo "${argv[i + 1]%%=*}"; fi
   done
 }
+
+# allowlist_names: the names on _container.sh's _CONTAINER_ENV_ALLOWLIST, one per line.
+allowlist_names() {
+  sed -n '/^_CONTAINER_ENV_ALLOWLIST=(/,/^)/{/^_CONTAINER_ENV_ALLOWLIST=(/d;/^)/d;s/#.*//;p}' "$REPO_DIR/_container.sh" |
+    tr -s ' ' '\n' | sed '/^$/d'
+}
+
+# readme_table_vars: every variable named in the first column of a README table (`NAME`, one per line).
+readme_table_vars() {
+  awk -F'|' '/^\|/ { print $2 }' "$REPO_DIR/README.md" | grep -oE '`_?[A-Z][A-Z0-9_]*`' | tr -d '`' | sort -u
+}
+
+# training_tier_vars: the settings the training tier reads: ${NAME:-...} in its shell sources (less the
+# `export NAME=${NAME:-default}` lines of train_env.sh, which are defaults for the image's own environment),
+# the names train_env.sh reads with train_setting, and os.environ reads in the training entry.
+training_tier_vars() {
+  local f
+  for f in utils/lib/observability.sh utils/lib/ray_cluster.sh utils/plugins/tb_metrics_plugin.sh _train.sh train_env.sh; do
+    grep -vE '^\s*(#|export ([A-Z_][A-Z0-9_]*)=\$\{\2:-)' "$REPO_DIR/$f" | grep -oE '\$\{[A-Z][A-Z0-9_]*:-' |
+      sed 's/^..//; s/:-$//'
+  done
+  grep -v '^\s*#' "$REPO_DIR/train_env.sh" | grep -oE 'train_setting [A-Z][A-Z0-9_]*' | cut -d' ' -f2
+  grep -v '^\s*#' "$REPO_DIR/py/jobkit/launch.py" | grep -oE '\.get\("[A-Z][A-Z0-9_]*"' | cut -d'"' -f2
+}
