@@ -67,7 +67,6 @@ main() {
 
   utils/setup_env.sh || { echo "$_PROG: could not set up .venv (see above)"; echo "0 passed, 1 failed"; exit 1; }
   export PATH=$REPO_DIR/.venv/bin:$PATH
-  export PYTHONPATH=$REPO_DIR/py${PYTHONPATH:+:$PYTHONPATH}
 
   local start=$SECONDS suite
   for suite in "${suites[@]}"; do

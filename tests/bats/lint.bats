@@ -26,3 +26,36 @@ shell_files() {
     [[ ${lines[0]} == "Usage: "* ]]
   done
 }
+
+@test "ruff: py/ and tests/py lint clean and formatted (config in py/pyproject.toml)" {
+  cd "$REPO_DIR/py"
+  run ruff check --no-cache . ../tests/py
+  echo "$output"
+  [ "$status" -eq 0 ]
+  run ruff format --no-cache --check . ../tests/py
+  echo "$output"
+  [ "$status" -eq 0 ]
+}
+
+@test "every jobkit command and subcommand prints its help; no PYTHONPATH is set by hand anywhere" {
+  run jobkit --help
+  [ "$status" -eq 0 ]
+  local -a commands
+  mapfile -t commands < <(sed -n '/^Commands:/,$p' <<<"$output" | awk 'NR > 1 && NF {print $1}')
+  [ "${#commands[@]}" -ge 8 ]
+  local cmd sub
+  for cmd in "${commands[@]}"; do
+    run jobkit "$cmd" --help
+    [ "$status" -eq 0 ] || { echo "jobkit $cmd --help: status $status: $output"; false; }
+    [[ $output == *Usage:* || $output == usage:* ]] || { echo "jobkit $cmd --help: $output"; false; }
+    for sub in $(sed -n '/^Commands:/,$p' <<<"$output" | awk 'NR > 1 && NF {print $1}'); do
+      run jobkit "$cmd" "$sub" --help
+      [ "$status" -eq 0 ] || { echo "jobkit $cmd $sub --help: status $status: $output"; false; }
+    done
+  done
+  cd "$REPO_DIR"
+  # container.bats sets one on the host to prove that it does not cross into the container
+  run git grep -n 'PYTHONPATH=' -- ':!tests/bats/lint.bats' ':!tests/bats/container.bats'
+  echo "$output"
+  [ "$status" -ne 0 ]
+}

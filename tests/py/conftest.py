@@ -2,7 +2,6 @@
 
 import os
 import shutil
-import sys
 from pathlib import Path
 
 import pytest
@@ -13,9 +12,7 @@ FIXTURES = REPO / "tests" / "fixtures"
 JOBKIT_LOGS = FIXTURES / "jobkit"
 TOOLS = FIXTURES / "tools"
 
-# Tests import jobkit from the working tree even without PYTHONPATH=py.
-if str(PY_DIR) not in sys.path:
-    sys.path.insert(0, str(PY_DIR))
+# jobkit itself is installed (editable) in the venv that tests/run.sh sets up.
 
 
 @pytest.fixture

@@ -23,13 +23,19 @@ def real_runs(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("launch")
     env = dict(
         os.environ,
-        PYTHONPATH=str(PY_DIR),
         JAX_PLATFORMS="cpu",
         XLA_FLAGS="--xla_force_host_platform_device_count=1",
         HARDWARE_PEAK_TFLOPS="1",
     )
     env.pop("MAXTEXT_FAST_EXIT", None)
-    common = [sys.executable, "-m", "jobkit.launch", "configs/tiny.yml", f"jax_cache_dir={tmp}/jax_cache"]
+    # the command _train.sh runs
+    common = [
+        sys.executable,
+        str(PY_DIR / "bin" / "jobkit"),
+        "launch",
+        "configs/tiny.yml",
+        f"jax_cache_dir={tmp}/jax_cache",
+    ]
     cmds = {
         "ok": common + ["steps=3", f"base_output_directory={tmp}/ok"],
         "bogus": common + ["steps=3", f"base_output_directory={tmp}/bogus", "no_such_key=1"],
@@ -162,7 +168,20 @@ def test_module_without_main_is_rejected(tmp_path, monkeypatch):
 
 def test_usage(capsys):
     assert launch.main([]) == 2
-    assert "usage: python -m jobkit.launch <config.yml>" in capsys.readouterr().err
+    assert "usage: jobkit launch <config.yml>" in capsys.readouterr().err
+
+
+def test_launch_command_help_and_missing_config():
+    from click.testing import CliRunner
+
+    from jobkit.cli import main
+
+    shown = CliRunner().invoke(main, ["launch", "--help"])
+    assert shown.exit_code == 0
+    assert shown.output.startswith("usage: jobkit launch <config.yml> [key=value ...]")
+    assert "os._exit" in shown.output  # the docstring's description of the fast exit
+    bare = CliRunner().invoke(main, ["launch"])
+    assert bare.exit_code == 2
 
 
 def test_exit_code_mapping(capsys):
@@ -190,7 +209,7 @@ def test_finish_skips_atexit_only_when_fast(fast, atexit_runs):
         "print('before', end='')\n"  # unflushed partial line must still come out
         "finish(7)\n"
     )
-    env = dict(os.environ, PYTHONPATH=str(PY_DIR), MAXTEXT_FAST_EXIT=fast)
+    env = dict(os.environ, MAXTEXT_FAST_EXIT=fast)
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60)
     assert done.returncode == 7
     assert done.stdout.startswith("before")
