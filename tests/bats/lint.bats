@@ -59,3 +59,23 @@ shell_files() {
   echo "$output"
   [ "$status" -ne 0 ]
 }
+
+@test "utils/ layout: commands at the top, sourced libraries in lib/, metrics plugins in plugins/" {
+  cd "$REPO_DIR"
+  local f
+  for f in utils/*.sh; do   # commands: executable, a Usage header that --help prints
+    [ -x "$f" ] || { echo "$f: a command must be executable"; false; }
+    run "$f" --help
+    [ "$status" -eq 0 ] && [[ ${lines[0]} == "Usage: "* ]] || { echo "$f --help: $output"; false; }
+  done
+  for f in utils/lib/*; do   # libraries: sourced only, and sourcing must not change the caller's shell options
+    [ ! -x "$f" ] || { echo "$f: a sourced library must not be executable"; false; }
+    ! grep -Eq '^set -[a-z]*e' "$f" || { echo "$f: a library must not set shell options"; false; }
+  done
+  for f in utils/plugins/*; do   # the exporter runs every executable *_metrics_plugin.sh here
+    [[ $f == *_metrics_plugin.sh && -x $f ]] || { echo "$f: only executable *_metrics_plugin.sh belong here"; false; }
+  done
+  # nothing else that looks like a plugin or a library sits at the top
+  run find utils -maxdepth 1 -name '*_metrics_plugin.sh'
+  [ -z "$output" ]
+}
