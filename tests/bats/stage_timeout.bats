@@ -72,3 +72,19 @@ setup() {
   grep -q "== ECC check FAILED (exit=3, " "$BATS_TEST_TMPDIR/out"
   [ "$STAGE_FAILURE" = "ECC check FAILED (exit=3)" ]
 }
+
+@test "the run-and-triage skill shows the stage lines as the log has them" {
+  local skill=$REPO_DIR/skills/run-and-triage/SKILL.md line
+  stage_timeouts_init train:none
+  line=$(run_stage train "Training" true | head -n 1)
+  [ "$line" = "== Training BEGIN (no timeout) ==" ]
+  grep -qF -- "$line" "$skill"
+  stage_timeouts_init train:3600
+  line=$(run_stage train "Training" true | head -n 1)
+  grep -qF -- "$line" "$skill"
+  line=$(run_stage train "Training" bash -c 'exit 1' | sed -n 2p)
+  [[ $line =~ ^==\ Training\ FAILED\ \(exit=1,\ [0-9]+s\)\ ==$ ]]
+  grep -qE '== Training FAILED \(exit=[0-9]+, [0-9]+s\) ==' "$skill"
+  grep -qE '== Training END \([0-9]+s\) ==' "$skill"
+  grep -qE '== Training TIMEOUT \([0-9]+s/[0-9]+s\) ==' "$skill"
+}

@@ -7,9 +7,9 @@ import sys
 from pathlib import Path
 
 from click.testing import CliRunner
-from conftest import FIXTURES, JOBKIT_LOGS, TOOLS
+from conftest import FIXTURES, JOBKIT_LOGS, REPO, TOOLS
 
-from jobkit import cli, peaks
+from jobkit import cli, failures, peaks
 
 MFU_LOG = str(JOBKIT_LOGS / "launch-tiny-20steps-mfu.log")
 BAD_KEY_LOG = str(JOBKIT_LOGS / "launch-config-error-no_such_key.log")
@@ -164,3 +164,15 @@ def test_console_script_entry_point():
     )
     assert done.returncode == 0, done.stderr
     assert LINE_RE.fullmatch(done.stdout)
+
+
+def test_triage_skill_names_every_failure_class_and_runs_jobkit_from_the_venv():
+    text = (REPO / "skills" / "run-and-triage" / "SKILL.md").read_text()
+    table = {
+        name.strip().strip("`") for row in re.findall(r"^\| ([a-z][a-z, -]*) \|", text, re.M) for name in row.split(",")
+    }
+    classes = {reason for reason, _ in failures.RULES} | {"cancelled", "no-steps", "unknown"}
+    assert classes - table == set(), "failure classes missing from the skill's table"
+    assert "PYTHONPATH" not in text and "python -m jobkit" not in text
+    used = set(re.findall(r"\.venv/bin/jobkit ([a-z][a-z-]*)", text))
+    assert used and used <= set(cli.main.list_commands(None))
