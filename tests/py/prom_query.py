@@ -10,6 +10,8 @@ import urllib.parse
 import urllib.request
 from pathlib import Path
 
+from jobkit import procfs
+
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "utils" / "prometheus.sh"
 
@@ -42,14 +44,8 @@ def wait_for(predicate, timeout, what):
 
 
 def pid_alive(pid):
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    try:  # a zombie counts as gone
-        return Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0] != "Z"
-    except OSError:
-        return False
+    """True while PID runs; a zombie counts as gone."""
+    return procfs.alive(pid)
 
 
 class View:

@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 from slurm_cluster import PREFIX, SCRIPT, cluster_down, cluster_up, local_cluster, script, tool_env  # noqa: F401
 
+from jobkit import procfs
+
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root")
 
 
@@ -22,11 +24,7 @@ def recorded_pids(state_dir: Path) -> dict[str, int]:
 
 def running(pid: int) -> bool:
     """True while PID is a live process (a zombie waiting for a late reaper has stopped)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    return procfs.alive(pid)
 
 
 def netns_pids(name: str) -> set[int]:
