@@ -157,7 +157,7 @@ detect() {
 
 @test "docker run: only allow-listed variables cross, JOB_WORKSPACE as /outputs" {
   make_sandbox docker
-  export SECRET_TOKEN=hunter2 PYTHONPATH=/host/site-packages JOB_ID=j1 JOB_NAME=JAX-tiny NODE_RANK=0 NNODES=1 \
+  export SECRET_TOKEN=hunter2 PYTHONHOME=/host/site-packages JOB_ID=j1 JOB_NAME=JAX-tiny NODE_RANK=0 NNODES=1 \
     TUNE_PROFILE=fast RAY='' MAXTEXT_REPO_DIR=/opt/maxtext
   CONTAINER_RUNTIME=docker run_container tiny
   [ "$status" -eq 0 ]

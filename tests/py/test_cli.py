@@ -173,6 +173,8 @@ def test_triage_skill_names_every_failure_class_and_runs_jobkit_from_the_venv():
     }
     classes = {reason for reason, _ in failures.RULES} | {"cancelled", "no-steps", "unknown"}
     assert classes - table == set(), "failure classes missing from the skill's table"
-    assert "PYTHONPATH" not in text and "python -m jobkit" not in text
+    # Every command line that runs jobkit runs the venv's console script, with nothing in front of it.
+    runs = [line for line in text.splitlines() if "jobkit " in line and not line.startswith(("|", "`"))]
+    assert runs and all(line.startswith(".venv/bin/jobkit ") for line in runs), runs
     used = set(re.findall(r"\.venv/bin/jobkit ([a-z][a-z-]*)", text))
     assert used and used <= set(cli.main.list_commands(None))
