@@ -1,4 +1,5 @@
-"""utils/prometheus.sh against a real Prometheus (installed by the script itself in a session fixture).
+"""utils/prometheus.sh (install, list, view) and utils/lib/prometheus.sh (the job's Prometheus: start, stop)
+against a real Prometheus (installed by the script itself in a session fixture).
 
 A tiny stdlib HTTP server plays the exporter: it serves a fixed exposition text and is listed as a file_sd
 target. Every process a test starts is stopped by its PID.
@@ -7,6 +8,7 @@ target. Every process a test starts is stopped by its PID.
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -20,14 +22,36 @@ from prom_query import View, api, free_port, pid_alive, wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "utils" / "prometheus.sh"
+LIB = REPO / "utils" / "lib" / "prometheus.sh"
 METRIC = "prom_test_widget_total"
 EXPOSITION = f'# HELP {METRIC} A fixed test value.\n# TYPE {METRIC} counter\n{METRIC}{{kind="fixed"}} 42\n'
 
 
 def sh(*args, env=None, timeout=60, check=True):
-    proc = subprocess.run([str(SCRIPT), *map(str, args)], capture_output=True, text=True, env=env, timeout=timeout)
+    proc = subprocess.run(
+        [str(SCRIPT), *map(str, args)],
+        check=False,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=timeout,
+    )
     if check and proc.returncode != 0:
         raise AssertionError(f"prometheus.sh {args} -> {proc.returncode}\n{proc.stdout}\n{proc.stderr}")
+    return proc
+
+
+def lib(function, *args, timeout=60, check=True):
+    """One function of utils/lib/prometheus.sh, sourced into a fresh bash."""
+    proc = subprocess.run(
+        ["bash", "-c", f'source {LIB} && "$@"', "lib", function, *map(str, args)],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    if check and proc.returncode != 0:
+        raise AssertionError(f"{function} {args} -> {proc.returncode}\n{proc.stdout}\n{proc.stderr}")
     return proc
 
 
@@ -91,9 +115,13 @@ def job(workspace, exporter, prometheus_bin):
 
 def start(job_dir, port):
     t0 = time.monotonic()
-    proc = sh("start", job_dir, "--port", port, "--scrape-interval", "1")
+    proc = lib("prometheus_start", job_dir, "--port", port, "--scrape-interval", "1")
     print(f"start-to-ready: {time.monotonic() - t0:.2f}s")
-    return int(proc.stdout.strip()), proc.stderr, int((job_dir / "prometheus" / "prometheus.pid").read_text())
+    return (
+        int(proc.stdout.strip()),
+        proc.stderr,
+        int((job_dir / "prometheus" / "prometheus.pid").read_text()),
+    )
 
 
 def wait_samples(port, n):
@@ -113,7 +141,7 @@ def test_start_scrape_stop_then_view(job):
     t_start = time.time()
     wait_samples(port, 3)
     t_end = time.time()
-    stop = sh("stop", job)
+    stop = lib("prometheus_stop", job)
     assert not pid_alive(pid), stop.stderr
     assert not (job / "prometheus" / "prometheus.pid").exists()
 
@@ -121,7 +149,14 @@ def test_start_scrape_stop_then_view(job):
     try:
         assert str(job / "prometheus") in "".join(view.header)
         assert any(f"ssh -L {view.port}:127.0.0.1:{view.port}" in line for line in view.header)
-        data = api(view.port, "/api/v1/query_range", query=METRIC, start=t_start - 10, end=t_end, step=1)
+        data = api(
+            view.port,
+            "/api/v1/query_range",
+            query=METRIC,
+            start=t_start - 10,
+            end=t_end,
+            step=1,
+        )
         values = {v for series in data["result"] for _, v in series["values"]}
         assert data["result"] and values == {"42"}, data
         assert data["result"][0]["metric"]["kind"] == "fixed"
@@ -147,7 +182,7 @@ def test_occupied_port_moves_to_next(job):
         assert f"[Prometheus] WARNING: port {base} was occupied; using {port} instead" in err
         assert pid_alive(pid)
     finally:
-        sh("stop", job)
+        lib("prometheus_stop", job)
         if blocker:
             blocker.close()
 
@@ -167,14 +202,22 @@ def test_kill9_keeps_data_and_list(job, workspace):
     view = View(job, free_port())  # a job dir path
     try:
         data = api(
-            view.port, "/api/v1/query_range", query=f"timestamp({METRIC})", start=t_start - 10, end=t_kill + 5, step=1
+            view.port,
+            "/api/v1/query_range",
+            query=f"timestamp({METRIC})",
+            start=t_start - 10,
+            end=t_kill + 5,
+            step=1,
         )
         newest = max(float(v) for series in data["result"] for _, v in series["values"])
-        assert newest >= t_kill - 2.5, (newest, t_kill)  # at most ~one 1 s scrape interval lost
+        assert newest >= t_kill - 2.5, (
+            newest,
+            t_kill,
+        )  # at most ~one 1 s scrape interval lost
     finally:
         rc, err = view.stop()
     assert rc == 0, err
-    stop = sh("stop", job)  # the stale PID file is cleaned up, nothing is signalled
+    stop = lib("prometheus_stop", job)  # the stale PID file is cleaned up, nothing is signalled
     assert "not running" in stop.stderr
     assert not (job / "prometheus" / "prometheus.pid").exists()
 
@@ -191,11 +234,71 @@ def test_view_refuses_non_tsdb(tmp_path, prometheus_bin):
 
 
 def test_help_and_sourcing():
-    assert sh("--help").stdout.startswith("Usage: prometheus.sh install")
-    out = subprocess.run(
-        ["bash", "-c", f'source {SCRIPT}; echo "$-"; declare -F prometheus_view'],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    assert "e" not in out.splitlines()[0] and "prometheus_view" in out
+    help_text = sh("--help").stdout
+    assert help_text.startswith("Usage: prometheus.sh install") and "Summary: " in help_text
+    assert "start" not in help_text.split("Summary:")[0]  # the job's Prometheus is the library's, not a command
+    assert (
+        sh("start", "x", check=False).stderr == "prometheus.sh: unknown command 'start'; run 'prometheus.sh --help'\n"
+    )
+    for sourced in (SCRIPT, LIB):
+        out = subprocess.run(
+            [
+                "bash",
+                "-c",
+                f'source {sourced}; echo "$-"; declare -F | grep -c " prometheus_"',
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.split()
+        assert "e" not in out[0] and int(out[1]) >= 6, out
+
+
+def tree(root):
+    """{relative path: bytes or 'dir'} of everything under root."""
+    out = {}
+    for path in sorted(Path(root).rglob("*")):
+        out[str(path.relative_to(root))] = "dir" if path.is_dir() else path.read_bytes()
+    return out
+
+
+@pytest.fixture
+def stopped_tsdb(job):
+    """A job's TSDB written by a real Prometheus (a few scrapes in its WAL), that Prometheus stopped."""
+    port, _, _ = start(job, free_port())
+    wait_samples(port, 3)
+    lib("prometheus_stop", job)
+    return job / "prometheus"
+
+
+def test_view_refuses_a_damaged_wal_and_changes_nothing(stopped_tsdb):
+    segment = stopped_tsdb / "wal" / "00000000"
+    data = bytearray(segment.read_bytes())
+    assert len(data) > 100 and data[0] & 7 in (
+        1,
+        2,
+    )  # a record fragment first: header, then data
+    data[40] ^= 0xFF  # inside the first fragment's data: its CRC no longer matches
+    segment.write_bytes(bytes(data))
+    before = tree(stopped_tsdb)
+
+    proc = sh("view", stopped_tsdb, "-p", free_port(), check=False)
+    assert proc.returncode == 1 and proc.stdout == ""
+    (line,) = proc.stderr.splitlines()
+    assert line.startswith(f"jobkit tsdb view: the WAL of {stopped_tsdb} is damaged at wal/00000000 byte 0 (CRC")
+    assert f"cp -a {stopped_tsdb} /tmp/tsdb-copy && utils/prometheus.sh view /tmp/tsdb-copy" in line
+    assert tree(stopped_tsdb) == before  # refused before Prometheus could repair (truncate) it
+
+
+def test_a_failed_view_start_leaves_the_tsdb_as_it_was(stopped_tsdb):
+    # Prometheus creates its lock, queries.active, chunks_head/ ... and then fails on a head chunk dir it cannot
+    # open: here a plain file where chunks_head/ belongs.
+    shutil.rmtree(stopped_tsdb / "chunks_head", ignore_errors=True)
+    (stopped_tsdb / "chunks_head").write_text("not a dir\n")
+    before = tree(stopped_tsdb)
+    proc = sh("view", stopped_tsdb, "-p", free_port(), check=False)
+    assert proc.returncode == 1 and proc.stdout == ""
+    (line,) = proc.stderr.splitlines()
+    assert line.startswith(f"jobkit tsdb view: Prometheus exited at start-up on {stopped_tsdb}: "), line
+    assert "chunks_head" in line, line  # Prometheus's own words
+    assert tree(stopped_tsdb) == before
