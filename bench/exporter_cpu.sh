@@ -22,12 +22,14 @@ if [[ ! $CYCLES =~ ^[0-9]+$ ]] || ((CYCLES < 30)); then echo "exporter_cpu.sh: C
 command -v curl >/dev/null || { echo "exporter_cpu.sh: needs curl" >&2; exit 2; }
 # shellcheck source=utils/lib/free_port.sh
 source "$REPO_DIR/utils/lib/free_port.sh"
+# shellcheck source=utils/lib/process.sh
+source "$REPO_DIR/utils/lib/process.sh"
 TICK=$(getconf CLK_TCK)
 
 WORK=$(mktemp -d)
 pid=""
 _cleanup() {
-  if [[ -n $pid ]]; then kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; fi
+  [[ -z $pid ]] || proc_stop 10 "$pid" || true
   rm -rf "$WORK"
 }
 trap _cleanup EXIT
@@ -54,7 +56,7 @@ _ticks() {
 
 _cycles() {
   curl -s --noproxy '*' --max-time 2 "http://127.0.0.1:$1/metrics" 2>/dev/null |
-    sed -n 's/^hw_exporter_cycles_total{[^}]*} \([0-9]*\)$/\1/p'
+    sed -n 's/^hw_exporter_cycles_total{[^}]*} \([0-9]*\)\(\.0\)\{0,1\}$/\1/p'  # prometheus_client writes 12.0
 }
 
 _wait_cycles() { # PORT MIN
@@ -79,8 +81,7 @@ _measure() { # LABEL DIR
   sleep "$(awk -v n="$CYCLES" -v i="$INTERVAL" 'BEGIN { print n * i }')"
   c1=$(_wait_cycles "$port" $((c0 + CYCLES)))
   read -r own1 kids1 < <(_ticks "$pid")
-  kill "$pid"
-  wait "$pid" || true
+  proc_stop 10 "$pid" || echo "exporter_cpu.sh: exporter pid $pid did not stop" >&2
   pid=""
   n=$(find "$2" -maxdepth 1 -name '*_metrics_plugin.sh' | wc -l)
   awk -v l="$1" -v n="$n" -v c=$((c1 - c0)) -v o=$((own1 - own0)) -v k=$((kids1 - kids0)) -v t="$TICK" 'BEGIN {
@@ -89,7 +90,7 @@ _measure() { # LABEL DIR
 
 printf '%-12s %8s %7s %12s %13s %12s\n' "plugin set" plugins cycles "engine ms" "plugins ms" "total ms"
 repo_plugins=("$REPO_DIR"/utils/plugins/*_metrics_plugin.sh)
-if [[ -e ${repo_plugins[0]} ]]; then _measure repo "$REPO_DIR/utils"; else printf '%-12s %8s\n' repo "(none present)"; fi
+if [[ -e ${repo_plugins[0]} ]]; then _measure repo "$REPO_DIR/utils/plugins"; else printf '%-12s %8s\n' repo "(none present)"; fi
 _measure synthetic "$WORK/synthetic"
 _measure none "$WORK/none"
 echo "(ms = CPU milliseconds per cycle at a ${INTERVAL}s interval; clock tick $((1000 / TICK)) ms; repo plugins: $(find "$REPO_DIR/utils/plugins" -maxdepth 1 -name '*_metrics_plugin.sh' -printf '%f '))"

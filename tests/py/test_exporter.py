@@ -398,7 +398,7 @@ def test_self_metrics_escape_label_values_and_parse_back(tmp_path):
     e.plugins = {plugin.path: plugin}
     e.cycles = 7
     e.publish()
-    page = e.page.decode()
+    page = e.render_page().decode()
     assert page.startswith("fake_m 1\n")
     samples = {
         (s.name, s.labels.get("plugin")): (s.labels["host"], s.value)
@@ -411,3 +411,9 @@ def test_self_metrics_escape_label_values_and_parse_back(tmp_path):
         ("hw_plugin_up", 'we"ird'): (e.host, 0.0),
         ("hw_exporter_cycles_total", None): (e.host, 7.0),
     }
+    plugin.up, plugin.body = 1, "fake_m 2\n"
+    e.publish()
+    assert e.render_page().decode().startswith("fake_m 2\n")  # plugin output at once,
+    assert 'plugin="we\\"ird"} 0.0' in e.render_page().decode()  # own families as of the last complete cycle
+    e.cycles = 8
+    assert 'plugin="we\\"ird"} 1.0' in e.render_page().decode()
