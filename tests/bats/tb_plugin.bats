@@ -52,6 +52,9 @@ state_of() { sed -n 's/^# STATE //p' <<<"$output"; }
   local out=${BASH_REMATCH[2]}
   [[ $out == "$BATS_TEST_TMPDIR"/tb_bridge.* ]] || false
   kill -0 "$DAEMON_PID"
+  # started as the venv's `jobkit tb-bridge serve`, without PYTHONPATH
+  [[ $(tr '\0' ' ' <"/proc/$DAEMON_PID/cmdline") == *"$VENV_DIR/bin/jobkit tb-bridge serve --logdir $OUTPUT_PATH "* ]] || false
+  run ! grep -qz '^PYTHONPATH=' "/proc/$DAEMON_PID/environ"
 
   local i
   for ((i = 0; i < 50; i++)); do [[ -s $out ]] && break; sleep 0.2; done
@@ -64,7 +67,7 @@ state_of() { sed -n 's/^# STATE //p' <<<"$output"; }
   ln -sf "$(command -v bash)" "$onlybash/bash"
   _PLUGIN_STATE=$state PATH=$onlybash run -0 bash "$PLUGIN" n1
   [[ $output == *'tb_learning_loss{host="n1"} 6.020145893096924 1795412855889'* ]] || false
-  [[ $output == *'tb_step{host="n1"} 5 1795412855889'* ]] || false
+  [[ $output == *'tb_step{host="n1"} 5.0 1795412855889'* ]] || false
   [[ $output == *'tb_metrics_plugin_staleness_fill{host="n1"} 0'* ]] || false
   [[ $output != *text_summary* && $output != *tb_run_name* ]] || false
   [ "${lines[${#lines[@]} - 1]}" = "# STATE $state" ]

@@ -4,8 +4,8 @@
 #
 # Called once per exporter cycle (see utils/metrics_exporter.sh) with the training environment. Only rank 0
 # reads TensorBoard: NODE_RANK other than 0, or no OUTPUT_PATH (MaxText's base_output_directory), exits 99
-# (never called again). The first call starts the reader daemon (python -m jobkit.tb_bridge serve, see
-# py/jobkit/tb_bridge.py) in the background, in its own session, watching OUTPUT_PATH for the newest
+# (never called again). The first call starts the reader daemon (jobkit tb-bridge serve, see
+# py/jobkit/tb_serve.py) in the background, in its own session, watching OUTPUT_PATH for the newest
 # events.out.tfevents.* file; it exits by itself when the exporter engine (this plugin's parent) exits. Every
 # call prints the daemon's exposition file (per scalar tag the newest step's value, e.g.
 # tb_learning_loss{host="<$1>"}, with the event's own time as sample timestamp, plus tb_step and
@@ -17,7 +17,8 @@
 #            output dir is shared with earlier jobs)
 #   <file>   ${TMPDIR:-/tmp}/tb_bridge.<job>.<host>.<exporter pid>.prom (daemon pid in <file>.pid)
 # Daemon log: $JOB_WORKSPACE/$JOB_DIR/metrics_exporter/tb_bridge.<host>.log, else <file>.log.
-#   VENV_DIR   Python environment to use (default <repo>/.venv; python3 from PATH when it has none)
+#   VENV_DIR   Python environment whose `jobkit` runs the daemon (default <repo>/.venv; else `jobkit` on PATH,
+#              else <repo>/py/bin/jobkit: see proc_jobkit in utils/lib/process.sh)
 #   TB_BRIDGE_INTERVAL     daemon poll interval in seconds (default 1)
 #   TB_BRIDGE_PARENT_PID   the daemon exits with this process (default $PPID, the exporter engine)
 set -u
@@ -35,6 +36,8 @@ _PLUGIN_DIR=${BASH_SOURCE[0]%/*}
 [[ $_PLUGIN_DIR == "${BASH_SOURCE[0]}" ]] && _PLUGIN_DIR=.
 [[ $_PLUGIN_DIR == /* ]] || _PLUGIN_DIR=$PWD/$_PLUGIN_DIR
 _REPO_DIR=$_PLUGIN_DIR/../..
+# shellcheck source=utils/lib/process.sh
+source "$_REPO_DIR/utils/lib/process.sh"
 
 # --- state from the previous call: "tb1 <pid> <since> <restarts> <file>" -----------------------------------
 pid="" since="" restarts=0 out=""
@@ -64,19 +67,18 @@ daemon_alive() {
   local -a argv
   [[ -n $pid ]] || return 1
   mapfile -d '' -t argv 2>/dev/null <"/proc/$pid/cmdline" || return 1
-  [[ " ${argv[*]} " == *" jobkit.tb_bridge serve "* && " ${argv[*]} " == *" --out $out "* ]]
+  [[ " ${argv[*]} " == *" tb-bridge serve "* && " ${argv[*]} " == *" --out $out "* ]]
 }
 
 start_daemon() {
-  local py log dir
-  py=${VENV_DIR:-$_REPO_DIR/.venv}/bin/python
-  [[ -x $py ]] || py=$(command -v python3) || { echo "tb_metrics_plugin: no Python found" >&2; return 1; }
+  local jobkit log dir
+  jobkit=$(proc_jobkit "$_REPO_DIR")
   log=$out.log
   if [[ -n ${JOB_WORKSPACE:-} && -n ${JOB_DIR:-} ]]; then
     dir=$JOB_WORKSPACE/$JOB_DIR/metrics_exporter
     if [[ -d $dir ]] || mkdir -p "$dir" 2>/dev/null; then log=$dir/tb_bridge.$HOST.log; fi
   fi
-  PYTHONPATH=$_REPO_DIR/py${PYTHONPATH:+:$PYTHONPATH} "$py" -m jobkit.tb_bridge serve --logdir "$OUTPUT_PATH" \
+  "$jobkit" tb-bridge serve --logdir "$OUTPUT_PATH" \
     --host "$HOST" --out "$out" --interval "${TB_BRIDGE_INTERVAL:-1}" --since "$since" \
     --parent-pid "${TB_BRIDGE_PARENT_PID:-$PPID}" </dev/null >>"$log" 2>&1 &
   pid=$!
