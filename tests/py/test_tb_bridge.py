@@ -1,4 +1,5 @@
-"""py/jobkit/tb_bridge.py: TensorBoard event files -> Prometheus, live (serve) and after the job (backfill).
+"""`jobkit tb-bridge` (py/jobkit/tb_bridge.py, tb_events.py, tb_serve.py, tb_backfill.py): TensorBoard event
+files -> Prometheus, live (serve) and after the job (backfill).
 
 Event files are written with tensorboardX (MaxText's writer), or are a trimmed copy of a real MaxText run
 (tests/fixtures/tensorboard/tiny/tensorboard/tiny/: its scalars and two of its text summaries, records
@@ -23,12 +24,14 @@ from prom_query import View, api, free_port, pid_alive, wait_for
 from tensorboardX import SummaryWriter
 from tensorboardX.proto import summary_pb2, tensor_pb2, tensor_shape_pb2, types_pb2
 
-from jobkit import exporter, tb_bridge
+from jobkit import exporter, tb_backfill, tb_events, tb_serve
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURE_DIR = REPO / "tests" / "fixtures" / "tensorboard"
 FIXTURE = FIXTURE_DIR / "tiny" / "tensorboard" / "tiny" / "events.out.tfevents.1795412855.vm"
 PROM_SH = REPO / "utils" / "prometheus.sh"
+PROM_LIB = REPO / "utils" / "lib" / "prometheus.sh"
+JOBKIT = Path(sys.executable).parent / "jobkit"  # the venv's console script, as a user runs it
 MAXTEXT_TAGS = {
     "learning/current_learning_rate",
     "learning/grad_norm",
@@ -72,7 +75,7 @@ def write_steps(writer, steps, t0, loss=lambda s: 10.0 / (s + 1), wait=True):
     path = event_file(writer.logdir)
     wait_for(
         lambda: any(
-            s.step == last and s.tag == "perf/step_time_seconds" for s in tb_bridge.ScalarReader(str(path)).read()
+            s.step == last and s.tag == "perf/step_time_seconds" for s in tb_events.ScalarReader(str(path)).read()
         ),
         5,
         f"step {last} on disk",
@@ -81,16 +84,16 @@ def write_steps(writer, steps, t0, loss=lambda s: 10.0 / (s + 1), wait=True):
 
 def scalars_by_tag(path):
     out = {}
-    for s in tb_bridge.ScalarReader(str(path)).read():
+    for s in tb_events.ScalarReader(str(path)).read():
         out.setdefault(s.tag, []).append(s)
     return out
 
 
 def test_metric_names():
-    assert tb_bridge.metric_name("learning/loss") == "tb_learning_loss"
-    assert tb_bridge.metric_name("perf/step_time_seconds") == "tb_perf_step_time_seconds"
-    assert tb_bridge.metric_name("eval/acc@1 (top-1)") == "tb_eval_acc_1__top_1_"
-    assert tb_bridge.metric_name("über.x-y") == "tb__ber_x_y"
+    assert tb_events.metric_name("learning/loss") == "tb_learning_loss"
+    assert tb_events.metric_name("perf/step_time_seconds") == "tb_perf_step_time_seconds"
+    assert tb_events.metric_name("eval/acc@1 (top-1)") == "tb_eval_acc_1__top_1_"
+    assert tb_events.metric_name("über.x-y") == "tb__ber_x_y"
 
 
 def test_real_maxtext_event_file():
@@ -107,7 +110,7 @@ def test_incremental_read_reads_only_new_bytes(tmp_path):
     t0 = time.time()
     write_steps(writer, range(3), t0)
     path = event_file(tmp_path)
-    reader = tb_bridge.ScalarReader(str(path))
+    reader = tb_events.ScalarReader(str(path))
     first = reader.poll()
     assert [(s.tag, s.step) for s in first][:2] == [("learning/loss", 0), ("perf/step_time_seconds", 0)]
     assert len(first) == 6 and reader.records == 7  # + the file_version record
@@ -139,7 +142,7 @@ def test_record_written_in_two_pieces(tmp_path):
     dst = tmp_path / "events.out.tfevents.1700000000.h"
     half = len(data) - 20  # the last record is incomplete
     dst.write_bytes(data[:half])
-    reader = tb_bridge.ScalarReader(str(dst))
+    reader = tb_events.ScalarReader(str(dst))
     assert [s.tag for s in reader.poll()] == ["learning/loss"]
     with open(dst, "ab") as f:
         f.write(data[half:])
@@ -175,8 +178,8 @@ def test_tensor_scalars_and_text_summaries(tmp_path):
 
 
 def test_latest_exposition_exact_timestamps():
-    latest = tb_bridge.Latest()
-    S = tb_bridge.Scalar
+    latest = tb_serve.Latest()
+    S = tb_events.Scalar
     latest.add(
         [S("learning/loss", 0, 1795412855.8153195, 6.5), S("perf/step_time_seconds", 0, 1795412855.8163257, 0.25)]
     )
@@ -191,8 +194,8 @@ def test_latest_exposition_exact_timestamps():
     lines = text.splitlines()
     samples = [ln for ln in lines if not ln.startswith("#")]
     assert samples == [
-        'tb_step{host="n1"} 1 1795412856000',
-        'tb_metrics_plugin_staleness_fill{host="n1"} 0',
+        'tb_step{host="n1"} 1.0 1795412856000',
+        'tb_metrics_plugin_staleness_fill{host="n1"} 0.0',
         'tb_learning_loss{host="n1"} NaN 1795412856000',
         'tb_perf_step_time_seconds{host="n1"} 0.25 1795412855816',
     ]
@@ -200,23 +203,23 @@ def test_latest_exposition_exact_timestamps():
     assert latest.fold.skipped == ["step", "learning_loss"]
     kept, state, dropped = exporter.parse_output(text)  # the exporter keeps every line
     assert dropped == [] and state is None and len(kept) == len(lines)
-    assert tb_bridge.Latest().render("n1") == ""
+    assert tb_serve.Latest().render("n1") == ""
 
 
 def test_seconds_text_parses_back_to_the_same_ms():
     for ms in [1795412855815, 1700000000001, 1600000000999, 1795412856000]:
-        text = tb_bridge.ms_to_seconds_text(ms)
+        text = tb_backfill.ms_to_seconds_text(ms)
         assert int(float(text) * 1000) == ms and round(float(text) * 1000) == ms
-    assert tb_bridge.ms_to_seconds_text(1795412855005) == "1795412855.005"
+    assert tb_backfill.ms_to_seconds_text(1795412855005) == "1795412855.005"
 
 
 def test_scrape_labels():
-    assert tb_bridge.scrape_labels("h", {"host": "sd", "job": "exporters", "instance": "a:1"}) == {
+    assert tb_backfill.scrape_labels("h", {"host": "sd", "job": "exporters", "instance": "a:1"}) == {
         "host": "h",
         "job": "exporters",
         "instance": "a:1",
     }
-    assert tb_bridge.scrape_labels("h", {"job": "j"}) == {"host": "h", "job": "j"}
+    assert tb_backfill.scrape_labels("h", {"job": "j"}) == {"host": "h", "job": "j"}
 
 
 def test_find_event_files(tmp_path):
@@ -232,38 +235,42 @@ def test_find_event_files(tmp_path):
     def names(paths):
         return [Path(p).name for p in paths]
 
-    assert names(tb_bridge.find_event_files(str(tmp_path))) == [
+    assert names(tb_events.find_event_files(str(tmp_path))) == [
         "events.out.tfevents.1699999000.h",
         "events.out.tfevents.1700000000.h",
         "events.out.tfevents.1700000100.h",
     ]
-    assert names(tb_bridge.find_event_files(str(tmp_path), quick=True)) == [
+    assert names(tb_events.find_event_files(str(tmp_path), quick=True)) == [
         "events.out.tfevents.1699999000.h",
         "events.out.tfevents.1700000000.h",
     ]
-    assert names(tb_bridge.find_event_files(str(tmp_path), since=1700000050)) == ["events.out.tfevents.1700000100.h"]
+    assert names(tb_events.find_event_files(str(tmp_path), since=1700000050)) == ["events.out.tfevents.1700000100.h"]
 
 
 def bridge(*args, env=None, timeout=60):
     return subprocess.run(
-        [sys.executable, "-m", "jobkit.tb_bridge", *map(str, args)],
+        [str(JOBKIT), "tb-bridge", *map(str, args)],
+        check=False,
         capture_output=True,
         text=True,
         timeout=timeout,
-        env=dict(os.environ, PYTHONPATH=str(REPO / "py"), **(env or {})),
+        env=dict(os.environ, **(env or {})),
     )
 
 
 def test_backfill_errors(tmp_path):
     proc = bridge("backfill", "--logdir", tmp_path, "--tsdb", tmp_path, "--label", "job=x")
     assert proc.returncode == 1 and proc.stderr.count("\n") == 1
-    assert proc.stderr.startswith("tb_bridge: no TensorBoard event file")
+    assert proc.stderr.startswith("jobkit tb-bridge backfill: no TensorBoard event file")
     proc = bridge("backfill", "--logdir", FIXTURE_DIR, "--tsdb", tmp_path / "nope")
-    assert proc.returncode == 1 and proc.stderr == f"tb_bridge: TSDB dir {tmp_path / 'nope'} does not exist\n"
+    assert (
+        proc.returncode == 1
+        and proc.stderr == f"jobkit tb-bridge backfill: TSDB dir {tmp_path / 'nope'} does not exist\n"
+    )
     proc = bridge("backfill", "--logdir", FIXTURE_DIR, "--tsdb", tmp_path, "--promtool", tmp_path / "promtool")
     assert (
         proc.returncode == 1
-        and proc.stderr == f"tb_bridge: promtool {tmp_path / 'promtool'} is not an executable file\n"
+        and proc.stderr == f"jobkit tb-bridge backfill: promtool {tmp_path / 'promtool'} is not an executable file\n"
     )
     proc = bridge("backfill", "--logdir", FIXTURE_DIR, "--tsdb", tmp_path, "--label", "bad-name=1")
     assert proc.returncode == 1 and "expected NAME=VALUE" in proc.stderr
@@ -292,7 +299,7 @@ def test_backfill_dry_run_is_openmetrics():
         'tb_learning_loss{host="vm",instance="10.0.0.1:9500",job="exporters"} 6.044634819030762 1795412855.815'
     )
     assert len(loss) == 6 and len([ln for ln in lines if ln.startswith("tb_step{")]) == 6
-    assert not any(ln.startswith(tb_bridge.FILL_METRIC) for ln in lines)
+    assert not any(ln.startswith(tb_events.FILL_METRIC) for ln in lines)
 
 
 # ---- the serve daemon -------------------------------------------------------------------------------------
@@ -300,9 +307,8 @@ def start_serve(logdir, out, parent, interval=0.1, since=0):
     log = open(f"{out}.log", "w")
     proc = subprocess.Popen(
         [
-            sys.executable,
-            "-m",
-            "jobkit.tb_bridge",
+            str(JOBKIT),
+            "tb-bridge",
             "serve",
             "--logdir",
             str(logdir),
@@ -320,7 +326,6 @@ def start_serve(logdir, out, parent, interval=0.1, since=0):
         stdout=log,
         stderr=log,
         stdin=subprocess.DEVNULL,
-        env=dict(os.environ, PYTHONPATH=str(REPO / "py")),
     )
     log.close()
     return proc
@@ -360,7 +365,7 @@ def test_serve_follows_the_file_and_exits_with_its_parent(tmp_path):
         write_steps(writer, [3], t0)
         want = f'tb_learning_loss{{host="n1"}} 2.5 {round((t0 + 0.3) * 1000)}'
         wait_for(lambda: sample_line(read_or_empty(out), "tb_learning_loss") == want, 5, "step 3")
-        assert sample_line(out.read_text(), "tb_step") == f'tb_step{{host="n1"}} 3 {round((t0 + 0.3) * 1000)}'
+        assert sample_line(out.read_text(), "tb_step") == f'tb_step{{host="n1"}} 3.0 {round((t0 + 0.3) * 1000)}'
         writer.close()
         parent.kill()
         parent.wait()
@@ -379,12 +384,9 @@ def test_serve_moves_to_a_newer_event_file(tmp_path, monkeypatch):
     old = tmp_path / "job" / "run" / "tensorboard" / "tiny"  # the fixture run: left as it was
     shutil.copytree(FIXTURE_DIR / "tiny", tmp_path / "job" / "run", dirs_exist_ok=True)
     out = tmp_path / "tb.prom"
-    args = tb_bridge._parser().parse_args(
-        ["serve", "--logdir", str(tmp_path / "job"), "--host", "n1", "--out", str(out), "--interval", "0.05"]
-    )
     clock = [1000.0]
-    monkeypatch.setattr(tb_bridge.time, "monotonic", lambda: clock[0])
-    monkeypatch.setattr(tb_bridge.os, "setsid", lambda: None)
+    monkeypatch.setattr(tb_serve.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(tb_serve.os, "setsid", lambda: None)
     polls = []
 
     def fake_select(r, w, x, timeout):
@@ -399,16 +401,16 @@ def test_serve_moves_to_a_newer_event_file(tmp_path, monkeypatch):
             os.kill(os.getpid(), signal.SIGTERM)
         return [], [], []
 
-    monkeypatch.setattr(tb_bridge.select, "select", fake_select)
+    monkeypatch.setattr(tb_serve.select, "select", fake_select)
     old_handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
     try:
-        assert tb_bridge.serve(args) == 0
+        assert tb_serve.serve(str(tmp_path / "job"), "n1", str(out), interval=0.05) == 0
     finally:
         signal.set_wakeup_fd(-1)
         for sig, handler in old_handlers.items():
             signal.signal(sig, handler)
-    assert 'tb_step{host="n1"} 5 1795412855889' in polls[0]
-    assert 'tb_step{host="n1"} 0 1795412999000' in polls[2] and "tb_learning_lm_loss" not in polls[2]
+    assert 'tb_step{host="n1"} 5.0 1795412855889' in polls[0]
+    assert 'tb_step{host="n1"} 0.0 1795412999000' in polls[2] and "tb_learning_lm_loss" not in polls[2]
     assert old.exists()
 
 
@@ -454,7 +456,7 @@ def test_live_scrape_then_backfill_holds_every_step_once(tmp_path, prometheus_re
     tbdir.mkdir(parents=True)
     plugins = tmp_path / "plugins"
     plugins.mkdir()
-    (plugins / "tb_metrics_plugin.sh").symlink_to(REPO / "utils" / "tb_metrics_plugin.sh")
+    (plugins / "tb_metrics_plugin.sh").symlink_to(REPO / "utils" / "plugins" / "tb_metrics_plugin.sh")
     env = dict(
         os.environ,
         OUTPUT_PATH=str(job),
@@ -495,7 +497,14 @@ def test_live_scrape_then_backfill_holds_every_step_once(tmp_path, prometheus_re
         )
         instance = sd[0]["targets"][0]
         start = subprocess.run(
-            [str(PROM_SH), "start", str(job), "--port", str(free_port()), "--scrape-interval", "1s"],
+            [
+                "bash",
+                "-c",
+                f'source {PROM_LIB} && prometheus_start "$1" --port "$2" --scrape-interval 1s',
+                "start",
+                job,
+                str(free_port()),
+            ],
             capture_output=True,
             text=True,
             timeout=60,
@@ -521,7 +530,7 @@ def test_live_scrape_then_backfill_holds_every_step_once(tmp_path, prometheus_re
             time.sleep(0.3)
         writer.close()
         events = scalars_by_tag(event_file(tbdir))
-        loss_events = [(tb_bridge.to_ms(e.wall_time), e.value) for e in events["learning/loss"]]
+        loss_events = [(tb_events.to_ms(e.wall_time), e.value) for e in events["learning/loss"]]
         assert len(loss_events) == steps
 
         def scraped_last_step():
@@ -543,10 +552,18 @@ def test_live_scrape_then_backfill_holds_every_step_once(tmp_path, prometheus_re
 
         labels = ["--label", f"host={host}", "--label", "job=exporters", "--label", f"instance={instance}"]
         busy = bridge("backfill", "--logdir", job, "--tsdb", job / "prometheus", *labels, timeout=120)
-        assert busy.returncode == 1 and busy.stderr.endswith(
-            "is in use by a running Prometheus: stop it before the backfill\n"
+        assert busy.returncode == 1 and busy.stderr == (
+            f"jobkit tb-bridge backfill: {job / 'prometheus'} is in use by a running Prometheus (pid {prom_pid}): "
+            "stop it before the backfill\n"
         ), busy.stderr
-        stop = subprocess.run([str(PROM_SH), "stop", str(job)], capture_output=True, text=True, timeout=60, env=env)
+        stop = subprocess.run(
+            ["bash", "-c", f"source {PROM_LIB} && prometheus_stop {job}"],
+            check=False,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=env,
+        )
         assert stop.returncode == 0 and not pid_alive(prom_pid), stop.stderr
         t0 = time.monotonic()
         fill = bridge("backfill", "--logdir", job, "--tsdb", job / "prometheus", *labels, timeout=120)
@@ -603,19 +620,39 @@ def test_damaged_record_keeps_the_steps_before_it_and_stops_there(tmp_path):
     path = tmp_path / "events.out.tfevents.1700000000.h"
     path.write_bytes(bytes(data))
 
-    reader = tb_bridge.ScalarReader(str(path))
+    reader = tb_events.ScalarReader(str(path))
     got = []
-    with pytest.raises(tb_bridge.CorruptRecord, match="bad record CRC"):
+    with pytest.raises(tb_events.CorruptRecord, match="bad record CRC"):
         got.extend(reader.read())
     assert [(s.tag, s.step) for s in got] == [("learning/loss", 0), ("perf/step_time_seconds", 0)]
     assert reader.damaged and reader.poll() == [], "a damaged file yields nothing more"
 
     # Backfill's reading: the steps before the damage, and the damage logged.
     logged = []
-    series, _fold = tb_bridge.collect_series([str(path)], log=logged.append)
+    series, _fold = tb_backfill.collect_series([str(path)], log=logged.append)
     assert {name: [v for _ms, v in points] for name, (_tag, points) in series.items()} == {
         "tb_learning_loss": [10.0],
         "tb_perf_step_time_seconds": [pytest.approx(0.5)],
         "tb_step": [0.0],
     }
     assert len(logged) == 1 and "bad record CRC" in logged[0] and "using the steps before it" in logged[0]
+
+
+def test_usage_errors_exit_2():
+    proc = bridge("serve", "--logdir", "x", "--host", "h", "--out", "y", "--interval", "0")
+    assert proc.returncode == 2 and "Invalid value for '--interval'" in proc.stderr
+    proc = bridge("backfill", "--tsdb", "x")
+    assert proc.returncode == 2 and "Missing option '--logdir'" in proc.stderr
+
+
+def test_without_tensorboard_one_line(tmp_path):
+    """An interpreter where `import tensorboard` fails (a sitecustomize blocks it) gets one line, no traceback."""
+    (tmp_path / "sitecustomize.py").write_text("import sys\nsys.modules['tensorboard'] = None\n")
+    env = {"PYTHONPATH": str(tmp_path)}  # only to load the blocker into the venv's interpreter
+    proc = bridge("backfill", "--logdir", FIXTURE_DIR, "--tsdb", tmp_path, "--dry-run", env=env)
+    assert proc.returncode == 1 and proc.stdout == ""
+    (line,) = proc.stderr.splitlines()
+    assert line.startswith("jobkit tb-bridge backfill: cannot import TensorBoard's event protos (")
+    assert "install tensorboard into" in line
+    # help still works: nothing imports TensorBoard before a command reads an event file
+    assert bridge("serve", "--help", env=env).returncode == 0

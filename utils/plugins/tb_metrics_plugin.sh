@@ -32,12 +32,6 @@ fi
 [[ ${NODE_RANK:-0} == 0 ]] || exit 99
 [[ -n ${OUTPUT_PATH:-} ]] || exit 99
 
-_PLUGIN_DIR=${BASH_SOURCE[0]%/*}
-[[ $_PLUGIN_DIR == "${BASH_SOURCE[0]}" ]] && _PLUGIN_DIR=.
-[[ $_PLUGIN_DIR == /* ]] || _PLUGIN_DIR=$PWD/$_PLUGIN_DIR
-_REPO_DIR=$_PLUGIN_DIR/../..
-# shellcheck source=utils/lib/process.sh
-source "$_REPO_DIR/utils/lib/process.sh"
 
 # --- state from the previous call: "tb1 <pid> <since> <restarts> <file>" -----------------------------------
 pid="" since="" restarts=0 out=""
@@ -71,8 +65,14 @@ daemon_alive() {
 }
 
 start_daemon() {
-  local jobkit log dir
-  jobkit=$(proc_jobkit "$_REPO_DIR")
+  local jobkit log dir repo
+  # the exporter may call us through a symlink: the repo is where the real file is (only here: the steady
+  # state needs bash builtins only)
+  repo=$(cd "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/../.." && pwd) ||
+    { echo "tb_metrics_plugin: cannot find the repo of ${BASH_SOURCE[0]}" >&2; return 1; }
+  # shellcheck source=utils/lib/process.sh
+  source "$repo/utils/lib/process.sh" || return 1
+  jobkit=$(proc_jobkit "$repo")
   log=$out.log
   if [[ -n ${JOB_WORKSPACE:-} && -n ${JOB_DIR:-} ]]; then
     dir=$JOB_WORKSPACE/$JOB_DIR/metrics_exporter
