@@ -154,3 +154,15 @@ bash_only_path() {
   [ -z "$stderr" ]
   [ "$output" = "$full" ]
 }
+
+@test "plugins find their library from the plugins dir itself (run as 'bash <name>' there)" {
+  cd "$REPO_DIR/utils/plugins"
+  HOST_METRICS_ROOT=$FIX/host run --separate-stderr bash host_metrics_plugin.sh n1
+  [ "$status" -eq 0 ]
+  [ -z "$stderr" ]
+  [[ $output == *'hw_procs_running{host="n1"} 6'* ]]
+  GPU_METRICS_ROOT=$FIX/mi300x run --separate-stderr bash gpu_metrics_plugin.sh n1
+  [ "$status" -eq 0 ]
+  [ -z "$stderr" ]
+  [[ $output == *'hw_gpu_power_watts{host="n1",gpu="0"} 187.5'* ]]
+}

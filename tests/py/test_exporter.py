@@ -417,3 +417,20 @@ def test_self_metrics_escape_label_values_and_parse_back(tmp_path):
     assert 'plugin="we\\"ird"} 0.0' in e.render_page().decode()  # own families as of the last complete cycle
     e.cycles = 8
     assert 'plugin="we\\"ird"} 1.0' in e.render_page().decode()
+
+
+@pytest.mark.parametrize(
+    "plugin, env",
+    [
+        ("host", {"HOST_METRICS_ROOT": str(REPO / "tests" / "fixtures" / "metrics" / "host")}),
+        ("host", {}),  # this machine's /proc and /sys
+        ("gpu", {"GPU_METRICS_ROOT": str(REPO / "tests" / "fixtures" / "metrics" / "mi300x")}),
+    ],
+)
+def test_the_repo_plugins_output_passes_the_engine_checks_whole(plugin, env):
+    path = engine.DEFAULT_PLUGINS_DIR / f"{plugin}{engine.PLUGIN_SUFFIX}"
+    done = subprocess.run(
+        [str(path), "n1"], capture_output=True, text=True, timeout=30, env=dict(os.environ, **env), check=True
+    )
+    kept, _state, dropped = parse_output(done.stdout)
+    assert dropped == [] and len(kept) > 10
