@@ -20,6 +20,7 @@ backfill into a live TSDB fails cleanly. --dry-run prints the OpenMetrics text i
 """
 
 import json
+import math
 import os
 import re
 import shutil
@@ -28,11 +29,13 @@ import subprocess
 import tempfile
 import urllib.request
 
-from jobkit import promserver
+from jobkit import procfs, promserver
 from jobkit.tb_events import EVENT_PREFIX, STEP_METRIC, CorruptRecord, Fold, ScalarReader, find_event_files
 from jobkit.tb_serve import STEP_HELP, scalar_help
 
 _LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
+# Samples per promtool run (whole series each): a few runs overlap with rendering, not so many small blocks.
+CHUNK_SAMPLES = 150_000
 
 
 class BackfillError(Exception):
@@ -57,21 +60,16 @@ def scrape_labels(host, target_labels):
 
 def collect_series(files, log=None):
     """{metric name: (tag, [(ms, value), ...] ascending, one per ms)} over the files, and the Fold used."""
-    series, fold = {}, Fold(log)
-    points_of = {}  # name -> {ms: value}
+    points, fold = {}, Fold(log)
     for path in files:
         fold.step = None  # a new file starts a new run
         try:
-            for name, tag, ms, value in fold.samples(ScalarReader(path).read_tuples()):
-                points = points_of.get(name)
-                if points is None:
-                    points = points_of[name] = {}
-                    series[name] = tag
-                points[ms] = value  # same ms twice: the later event wins
+            fold.collect(ScalarReader(path).read_tuples(), points)
         except CorruptRecord as e:
             if log:
                 log(f"{e}: using the steps before it")
-    return {name: (tag, sorted(points_of[name].items())) for name, tag in series.items()}, fold
+    tags = {name: tag for tag, name in fold.names.items() if name}
+    return {name: (tags.get(name), sorted(by_ms.items())) for name, by_ms in points.items() if by_ms}, fold
 
 
 def _help(name, tag):
@@ -109,31 +107,51 @@ def _family_headers(series, labels):
     return headers, label_text
 
 
-def openmetrics_text(series, labels):
-    """OpenMetrics text of SERIES (gauges, one sample per point with its timestamp), all with LABELS.
+def _sample_lines(prefix, points):
+    """One OpenMetrics sample line per (ms, value): PREFIX value seconds.mmm."""
+    values = [v for _, v in points]
+    if all(map(math.isfinite, values)):
+        texts = map(repr, values)  # what floatToGoString gives a finite float, or the same number spelled out
+    else:
+        from prometheus_client.utils import floatToGoString
+
+        texts = map(floatToGoString, values)
+    return [
+        f"{prefix}{text} {ms // 1000}.{ms % 1000:03d}\n" if ms >= 1000 else f"{prefix}{text} {ms_to_seconds_text(ms)}\n"
+        for text, (ms, _) in zip(texts, points, strict=True)
+    ]
+
+
+def openmetrics_chunks(series, labels, chunk_samples=None):
+    """OpenMetrics texts of SERIES (gauges, one sample per point with its timestamp), all with LABELS; each text
+    holds whole series, about CHUNK_SAMPLES samples (None: everything in one text), and ends with # EOF.
 
     HELP/TYPE lines and label escaping come from prometheus_client; the sample lines are written here. The
-    library renders a sample in ~9 us (Sample tuples, per-sample label escaping, Timestamp objects): 5 s for the
-    550,000 samples of 50,000 steps x 10 scalars, three times the whole backfill's budget; these lines take
-    ~0.5 us each, with the library's number format (floatToGoString).
+    library renders a sample in ~9 us on the project's 2-core test machine (a Sample tuple, the labels escaped
+    again for every sample, a Timestamp object): 5 s for the 550,000 samples of 50,000 steps x 10 scalars,
+    three times the rest of the backfill. These lines cost ~2 us each there.
     """
-    from prometheus_client.utils import floatToGoString
-
     if not series:
-        return "# EOF\n"
+        yield "# EOF\n"
+        return
     headers, label_text = _family_headers(series, labels)
-    out = []
+    out, size = [], 0
     for name in sorted(series):
         out.append(headers[name])
-        prefix = f"{name}{label_text} "
-        out.extend(
-            f"{prefix}{floatToGoString(v)} {ms // 1000}.{ms % 1000:03d}\n"
-            if ms >= 0
-            else f"{prefix}{floatToGoString(v)} {ms_to_seconds_text(ms)}\n"
-            for ms, v in series[name][1]
-        )
-    out.append("# EOF\n")
-    return "".join(out)
+        out.extend(_sample_lines(f"{name}{label_text} ", series[name][1]))
+        size += len(series[name][1])
+        if chunk_samples and size >= chunk_samples:
+            out.append("# EOF\n")
+            yield "".join(out)
+            out, size = [], 0
+    if out:
+        out.append("# EOF\n")
+        yield "".join(out)
+
+
+def openmetrics_text(series, labels):
+    """SERIES as one OpenMetrics text (see openmetrics_chunks)."""
+    return next(openmetrics_chunks(series, labels))
 
 
 def find_promtool(given=None):
@@ -232,7 +250,7 @@ def backfill(
                 "TSDB's WAL before adding blocks (else Prometheus would drop WAL data); pass --prometheus"
             )
         persist_head(tsdb, binary, log)
-    _create_blocks(promtool, openmetrics_text(series, final), tsdb)
+    _create_blocks(promtool, openmetrics_chunks(series, final, CHUNK_SAMPLES), tsdb)
     steps = len(series.get(STEP_METRIC, ("", []))[1])
     label_text = ",".join(f'{k}="{v}"' for k, v in sorted(final.items()))
     log(
@@ -242,21 +260,34 @@ def backfill(
     return 0
 
 
-def _create_blocks(promtool, text, tsdb):
+def _create_blocks(promtool, texts, tsdb):
+    """Runs promtool on each OpenMetrics text as soon as it is written, while the next one is rendered.
+
+    promtool parses ~2.7 us a sample, single-threaded: as long as rendering all the text. Started per chunk,
+    the two overlap on a second core (the blocks of one time range then come in several pieces, with disjoint
+    series; Prometheus merges them when it next opens the TSDB).
+    """
     work = tempfile.mkdtemp(prefix="tb_backfill.")
+    running = []
     try:
-        path = os.path.join(work, "tensorboard.om")
-        with open(path, "w") as f:
-            f.write(text)
-        proc = subprocess.run(
-            [promtool, "tsdb", "create-blocks-from", "openmetrics", "--quiet", path, tsdb],
-            capture_output=True,
-            text=True,
-        )
-        if proc.returncode != 0:
-            why = (proc.stderr.strip() or proc.stdout.strip()).splitlines()
-            raise BackfillError(
-                f"promtool create-blocks-from failed (exit {proc.returncode}): {why[-1] if why else 'no output'}"
+        for i, text in enumerate(texts):
+            path = os.path.join(work, f"tensorboard.{i}.om")
+            with open(path, "w") as f:
+                f.write(text)
+            command = [promtool, "tsdb", "create-blocks-from", "openmetrics", "--quiet", path, tsdb]
+            running.append(
+                subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
             )
+        failed = None
+        for proc in running:
+            output = proc.communicate()[0].decode(errors="replace").strip().splitlines()
+            if proc.returncode != 0 and failed is None:
+                failed = f"promtool create-blocks-from failed (exit {proc.returncode}): {output[-1] if output else 'no output'}"
+        if failed:
+            raise BackfillError(failed)
     finally:
+        for proc in running:
+            if proc.poll() is None:
+                procfs.stop([proc.pid], 5)
+                proc.wait()
         shutil.rmtree(work, ignore_errors=True)

@@ -120,6 +120,7 @@ class RecordReader:
     def records(self):
         length_crcs, check_data = self._length_crcs, self.check_data
         unpack_header, unpack_crc = _HEADER.unpack_from, _CRC.unpack_from
+        crc32c = _crc32c or _tensorboard_crc32c
         with open(self.path, "rb") as f:
             f.seek(self.offset)
             buf = b""
@@ -137,8 +138,10 @@ class RecordReader:
                     if end + 4 > size:
                         break
                     data = buf[pos + 12 : end]
-                    if check_data and masked_crc32c(data) != unpack_crc(buf, end)[0]:
-                        raise CorruptRecord(f"{self.path}: bad record CRC at byte {self.offset}")
+                    if check_data:
+                        crc = crc32c(data)  # masked_crc32c, inlined: a call costs as much as the CRC itself
+                        if (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF != unpack_crc(buf, end)[0]:
+                            raise CorruptRecord(f"{self.path}: bad record CRC at byte {self.offset}")
                     self.offset += end + 4 - pos
                     pos = end + 4
                     yield data
@@ -189,40 +192,35 @@ class ScalarReader:
         """As read(), as plain (tag, step, wall_time, value) tuples (the backfill's fast path)."""
         event_class()  # fail early, with one line, when TensorBoard is missing
         shapes = self._shapes
-        records = self._records.records()
-        while True:
-            try:
-                data = next(records)
-            except StopIteration:
-                return
-            except CorruptRecord:
-                self.damaged = True
-                raise
-            self.records += 1
-            # Event: 0x09 wall_time (8 bytes), 0x10 step (varint; absent when 0), 0x2a summary ... 0x15 float.
-            if len(data) > 14 and data[0] == _WALL_TIME_KEY:
-                pos, step = 9, 0
-                if data[9] == _STEP_KEY:
-                    pos, shift = 10, 0
-                    while True:
-                        byte = data[pos]
-                        step |= (byte & 0x7F) << shift
-                        pos += 1
-                        if byte < 0x80:
-                            break
-                        shift += 7
-                        if shift > 63:
-                            break
-                shape = data[pos:-4]
-                tag = shapes.get(shape, False)
-                if tag:
-                    if step >= 1 << 63:
-                        step -= 1 << 64
-                    yield tag, step, _WALL_TIME.unpack_from(data, 1)[0], _FLOAT.unpack_from(data, len(data) - 4)[0]
-                    continue
-                if tag is False:
-                    shapes[shape] = self._plain_simple_value(data)
-            yield from self._decode(data)
+        unpack_wall_time, unpack_float = _WALL_TIME.unpack_from, _FLOAT.unpack_from
+        try:
+            for data in self._records.records():
+                self.records += 1
+                # Event: 0x09 wall_time (8 bytes), 0x10 step (varint; absent when 0), 0x2a summary ... 0x15 float
+                if data[0] == _WALL_TIME_KEY and len(data) > 14:
+                    pos, step = 9, 0
+                    if data[9] == _STEP_KEY:
+                        pos, shift = 10, 0
+                        while True:
+                            byte = data[pos]
+                            step |= (byte & 0x7F) << shift
+                            pos += 1
+                            if byte < 0x80 or shift > 56:
+                                break
+                            shift += 7
+                    shape = data[pos:-4]
+                    tag = shapes.get(shape, False)
+                    if tag:
+                        if step >= 1 << 63:
+                            step -= 1 << 64
+                        yield tag, step, unpack_wall_time(data, 1)[0], unpack_float(data, len(data) - 4)[0]
+                        continue
+                    if tag is False:
+                        shapes[shape] = self._plain_simple_value(data)
+                yield from self._decode(data)
+        except CorruptRecord:
+            self.damaged = True
+            raise
 
     @staticmethod
     def _plain_simple_value(data):
@@ -361,3 +359,23 @@ class Fold:
                 self.step = step
                 yield STEP_METRIC, None, ms, float(step)
             yield name, tag, ms, value
+
+    def collect(self, scalars, points):
+        """samples(), stored instead of yielded: points[name][ms] = value (the later of two at one ms wins).
+        The backfill's hot loop: a generator between reader and dict costs a third of its time."""
+        names = self.names
+        step_points = points.setdefault(STEP_METRIC, {})
+        for tag, step, wall_time, value in scalars:
+            name = names[tag] if tag in names else self.name(tag)
+            if name is None:
+                continue
+            ms = int(round(wall_time * 1000))
+            if step != self.step:
+                self.step = step
+                step_points[ms] = float(step)
+            found = points.get(name)
+            if found is None:
+                found = points[name] = {}
+            found[ms] = value
+        if not step_points:
+            del points[STEP_METRIC]

@@ -353,6 +353,7 @@ def test_serve_follows_the_file_and_exits_with_its_parent(tmp_path):
     parent = subprocess.Popen(["sleep", "60"])
     daemon = start_serve(tmp_path / "job", out, parent.pid)
     try:
+        wait_for(lambda: (tmp_path / "tb.prom.pid").exists(), 10, "daemon pid file")
         time.sleep(0.5)
         assert not out.exists()  # no event file yet: nothing to say
         assert int((tmp_path / "tb.prom.pid").read_text()) == daemon.pid
@@ -656,3 +657,34 @@ def test_without_tensorboard_one_line(tmp_path):
     assert "install tensorboard into" in line
     # help still works: nothing imports TensorBoard before a command reads an event file
     assert bridge("serve", "--help", env=env).returncode == 0
+
+
+def test_learned_record_layout_reads_what_protobuf_reads(tmp_path):
+    """The offset-based reading of plain simple_value events gives exactly what decoding every record does."""
+    writer = SummaryWriter(str(tmp_path))
+    steps = [0, 1, 127, 128, 16383, 16384, 2**31 + 5]  # varint steps of 0 (absent) to 5 bytes
+    for i, step in enumerate(steps):
+        writer.add_scalar("learning/loss", 1.0 / (i + 1), step, walltime=1700000000.0 + i)
+        writer.add_scalar("a/much/longer/tag/name", float("nan") if i == 3 else -i * 1e9, step, walltime=1.7e9 + i)
+        writer.add_text("config", "x", step)
+    writer.close()
+    path = str(event_file(tmp_path))
+    fast = list(tb_events.ScalarReader(path).read_tuples())
+    Event = tb_events.event_class()
+    slow = []
+    for data in tb_events.RecordReader(path).records():
+        event = Event.FromString(data)
+        for v in event.summary.value:
+            if v.WhichOneof("value") == "simple_value":
+                slow.append((v.tag, event.step, event.wall_time, v.simple_value))
+    assert len(fast) == 2 * len(steps) and [s[:3] for s in fast] == [s[:3] for s in slow]
+    assert all(a[3] == b[3] or (math.isnan(a[3]) and math.isnan(b[3])) for a, b in zip(fast, slow, strict=True))
+
+    # the backfill's fold stores what the live fold yields
+    points = {}
+    tb_events.Fold().collect(fast, points)
+    expected = {}
+    for name, _tag, ms, value in tb_events.Fold().samples(fast):
+        expected.setdefault(name, {})[ms] = value
+    assert points.keys() == expected.keys() and points["tb_step"] == expected["tb_step"]
+    assert points["tb_learning_loss"] == expected["tb_learning_loss"]
