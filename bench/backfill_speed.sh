@@ -1,0 +1,106 @@
+#!/usr/bin/env bash
+# Usage: bench/backfill_speed.sh [--steps N] [--scalars K] [--runs R] [--old REV]
+# Summary: Speed of `jobkit tb-bridge backfill` end to end: samples per second into a scratch TSDB
+#
+# Writes one TensorBoard event file of N steps (default 50000) x K scalars (default 10), as TFRecords of
+# TensorBoard's Event protos (what tensorboardX writes, written directly: much faster to make), then runs the
+# backfill into an empty scratch TSDB R times (default 3), as a user would: `jobkit tb-bridge backfill --logdir
+# ... --tsdb ...`, the venv's console script, start-up and promtool included. With --old REV, the
+# py/jobkit/tb_bridge.py of git revision REV (the single-file argparse version) is run too, interleaved with the
+# new one on the same file, so that both see the same machine load. Prints a table: version, run, samples
+# (including the tb_step series), seconds, samples/s, and the median per version. Everything it starts is a
+# foreground child; its scratch dir is removed on exit. Not part of CI.
+set -euo pipefail
+[[ -n ${_DEBUG:-} ]] && set -x
+
+REPO_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+usage() { sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "${BASH_SOURCE[0]}"; }
+die() { echo "backfill_speed.sh: $*" >&2; exit 2; }
+STEPS=50000 SCALARS=10 RUNS=3 OLD=''
+while (($#)); do
+  case $1 in
+    -h | --help) usage; exit 0 ;;
+    --steps) STEPS=${2:-}; shift 2 || die "--steps needs a number" ;;
+    --scalars) SCALARS=${2:-}; shift 2 || die "--scalars needs a number" ;;
+    --runs) RUNS=${2:-}; shift 2 || die "--runs needs a number" ;;
+    --old) OLD=${2:-}; shift 2 || die "--old needs a git revision" ;;
+    *) die "unknown argument '$1'; see --help" ;;
+  esac
+done
+for value in "$STEPS" "$SCALARS" "$RUNS"; do
+  [[ $value =~ ^[1-9][0-9]*$ ]] || die "'$value' is not a positive whole number; see --help"
+done
+# shellcheck source=utils/lib/process.sh
+source "$REPO_DIR/utils/lib/process.sh"
+PYTHON=$(proc_python "$REPO_DIR") || die "no Python found; run utils/setup_env.sh"
+JOBKIT=$(proc_jobkit "$REPO_DIR")
+command -v promtool >/dev/null || [[ -x /usr/bin/promtool ]] || die "promtool is not installed; run utils/prometheus.sh install"
+
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/backfill_speed.XXXXXX")
+trap 'rm -rf "$WORK"' EXIT
+if [[ -n $OLD ]]; then
+  git -C "$REPO_DIR" show "$OLD:py/jobkit/tb_bridge.py" >"$WORK/tb_bridge_old.py" 2>/dev/null ||
+    die "git revision '$OLD' has no py/jobkit/tb_bridge.py; pass a commit before the split"
+  grep -q '^import argparse' "$WORK/tb_bridge_old.py" || die "py/jobkit/tb_bridge.py of '$OLD' is not the argparse version"
+  # jobkit.argtypes is gone; the old file only needs it for serve's --interval
+  sed -i 's/^from jobkit.argtypes import positive_seconds$/positive_seconds = float/' "$WORK/tb_bridge_old.py"
+fi
+
+mkdir -p "$WORK/logs"
+"$PYTHON" - "$WORK/logs/events.out.tfevents.1700000000.bench" "$STEPS" "$SCALARS" <<'PY'
+import struct, sys, types
+sys.modules.setdefault("tensorboard.compat.notf", types.ModuleType("tensorboard.compat.notf"))
+from google_crc32c import value as crc32c
+from tensorboard.compat.proto.event_pb2 import Event
+from tensorboard.compat.proto.summary_pb2 import Summary
+
+def masked(data):
+    crc = crc32c(data)
+    return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
+
+def record(event):
+    data = event.SerializeToString()
+    head = struct.pack("<Q", len(data))
+    return head + struct.pack("<I", masked(head)) + data + struct.pack("<I", masked(data))
+
+path, steps, scalars = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+t0 = 1700000000.0
+with open(path, "wb") as f:
+    f.write(record(Event(wall_time=t0, file_version="brain.Event:2")))
+    for step in range(steps):
+        f.write(b"".join(
+            record(Event(wall_time=t0 + step * 0.1 + k * 0.001, step=step,
+                         summary=Summary(value=[Summary.Value(tag=f"bench/scalar_{k}", simple_value=step * 0.5 + k)])))
+            for k in range(scalars)))
+PY
+
+# run VERSION: one backfill into a fresh TSDB; prints "SAMPLES SECONDS"
+run() {
+  local version=$1 tsdb=$WORK/tsdb.$1 out start end
+  rm -rf "$tsdb" && mkdir "$tsdb"
+  local -a command=("$JOBKIT" tb-bridge backfill)
+  [[ $version == old ]] && command=("$PYTHON" "$WORK/tb_bridge_old.py" backfill)
+  start=$EPOCHREALTIME
+  out=$("${command[@]}" --logdir "$WORK/logs" --tsdb "$tsdb" --label job=bench --label host=bench 2>&1) ||
+    die "the $version backfill failed: $out"
+  end=$EPOCHREALTIME
+  [[ $out =~ backfilled\ ([0-9]+)\ samples ]] || die "the $version backfill said no sample count: $out"
+  echo "${BASH_REMATCH[1]} $(awk -v a="$start" -v b="$end" 'BEGIN { printf "%.2f", b - a }')"
+}
+
+declare -A SECONDS_OF=()
+versions=(new)
+[[ -n $OLD ]] && versions=(old new)
+printf '%-8s %4s %10s %9s %11s\n' version run samples seconds samples/s
+for ((r = 1; r <= RUNS; r++)); do
+  for version in "${versions[@]}"; do
+    read -r samples seconds < <(run "$version")
+    SECONDS_OF[$version]+="$seconds "
+    printf '%-8s %4d %10d %9.2f %11.0f\n' "$version" "$r" "$samples" "$seconds" "$(awk -v n="$samples" -v s="$seconds" 'BEGIN { print n / s }')"
+  done
+done
+for version in "${versions[@]}"; do
+  median=$(tr ' ' '\n' <<<"${SECONDS_OF[$version]}" | sed '/^$/d' | sort -n | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }')
+  printf '%-8s %4s %10d %9.2f %11.0f\n' "$version" median "$samples" "$median" "$(awk -v n="$samples" -v s="$median" 'BEGIN { print n / s }')"
+done
+echo "($(uname -n), $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg))"
