@@ -17,8 +17,9 @@
 #   --watchdog      keep the engine running: restart it (backoff 1, 2, 4 ... 30 s) when it dies of a signal or
 #                   a non-zero exit other than 2 (bad arguments); SIGTERM stops the engine (KILL after 10 s)
 #                   and exits 0
-# Bad arguments (an unknown flag, an address that is not one of this node's, a missing plugins dir) are one
-# error line and exit 2, with nothing started. `jobkit exporter --help` lists the engine's options.
+# Bad arguments (an unknown flag, an address that is not one of this node's, a missing plugins dir) get
+# click's usage error, whose `Error:` line names the option and the fix, and exit 2 before anything is
+# served or run. `jobkit exporter --help` lists the engine's options.
 #
 # Log lines go to stderr, prefixed "[exporter <host>]". Added metrics: hw_scrape_duration_seconds and
 # hw_plugin_up per plugin, hw_exporter_cycles_total.
