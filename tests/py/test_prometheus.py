@@ -302,3 +302,20 @@ def test_a_failed_view_start_leaves_the_tsdb_as_it_was(stopped_tsdb):
     assert line.startswith(f"jobkit tsdb view: Prometheus exited at start-up on {stopped_tsdb}: "), line
     assert "chunks_head" in line, line  # Prometheus's own words
     assert tree(stopped_tsdb) == before
+
+
+def test_view_moves_past_a_taken_port(stopped_tsdb):
+    blocker = socket.socket()
+    blocker.bind(("127.0.0.1", 0))
+    blocker.listen()
+    taken = blocker.getsockname()[1]
+    try:
+        view = View(stopped_tsdb, taken)
+        try:
+            assert view.port != taken
+            assert view.query(f"count_over_time({METRIC}[1h])", time.time())[0]["value"][1] != "0"
+        finally:
+            rc, err = view.stop()
+    finally:
+        blocker.close()
+    assert rc == 0 and f"[Prometheus] WARNING: port {taken} was occupied; using {view.port} instead" in err, err
