@@ -8,7 +8,9 @@
 # ... --tsdb ...`, the venv's console script, start-up and promtool included. With --old REV, the
 # py/jobkit/tb_bridge.py of git revision REV (the single-file argparse version) is run too, interleaved with the
 # new one on the same file, so that both see the same machine load. Prints a table: version, run, samples
-# (including the tb_step series), seconds, samples/s, and the median per version. Everything it starts is a
+# (including the tb_step series), wall seconds, samples/s, and CPU seconds (user+sys of the backfill and every
+# process it ran, promtool included; from /usr/bin/time, "-" without it: on a shared machine the CPU column is
+# the steadier one), and the median per version. Everything it starts is a
 # foreground child; its scratch dir is removed on exit. Not part of CI.
 set -euo pipefail
 [[ -n ${_DEBUG:-} ]] && set -x
@@ -74,33 +76,39 @@ with open(path, "wb") as f:
             for k in range(scalars)))
 PY
 
-# run VERSION: one backfill into a fresh TSDB; prints "SAMPLES SECONDS"
+# run VERSION: one backfill into a fresh TSDB; prints "SAMPLES SECONDS CPU_SECONDS"
 run() {
-  local version=$1 tsdb=$WORK/tsdb.$1 out start end
+  local version=$1 tsdb=$WORK/tsdb.$1 out start end cpu=-
   rm -rf "$tsdb" && mkdir "$tsdb"
   local -a command=("$JOBKIT" tb-bridge backfill)
   [[ $version == old ]] && command=("$PYTHON" "$WORK/tb_bridge_old.py" backfill)
+  [[ -x /usr/bin/time ]] && command=(/usr/bin/time -f '%U %S' -o "$WORK/cpu" "${command[@]}")
   start=$EPOCHREALTIME
   out=$("${command[@]}" --logdir "$WORK/logs" --tsdb "$tsdb" --label job=bench --label host=bench 2>&1) ||
     die "the $version backfill failed: $out"
   end=$EPOCHREALTIME
   [[ $out =~ backfilled\ ([0-9]+)\ samples ]] || die "the $version backfill said no sample count: $out"
-  echo "${BASH_REMATCH[1]} $(awk -v a="$start" -v b="$end" 'BEGIN { printf "%.2f", b - a }')"
+  [[ -s $WORK/cpu ]] && cpu=$(awk '{ printf "%.2f", $1 + $2 }' "$WORK/cpu")
+  echo "${BASH_REMATCH[1]} $(awk -v a="$start" -v b="$end" 'BEGIN { printf "%.2f", b - a }') $cpu"
 }
 
-declare -A SECONDS_OF=()
+median() { tr ' ' '\n' <<<"$1" | sed '/^$/d' | sort -n | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
+
+declare -A WALL_OF=() CPU_OF=()
 versions=(new)
 [[ -n $OLD ]] && versions=(old new)
-printf '%-8s %4s %10s %9s %11s\n' version run samples seconds samples/s
+rate() { awk -v n="$1" -v s="$2" 'BEGIN { print n / s }'; }
+printf '%-8s %6s %10s %9s %11s %9s\n' version run samples seconds samples/s cpu_s
 for ((r = 1; r <= RUNS; r++)); do
   for version in "${versions[@]}"; do
-    read -r samples seconds < <(run "$version")
-    SECONDS_OF[$version]+="$seconds "
-    printf '%-8s %4d %10d %9.2f %11.0f\n' "$version" "$r" "$samples" "$seconds" "$(awk -v n="$samples" -v s="$seconds" 'BEGIN { print n / s }')"
+    read -r samples seconds cpu < <(run "$version")
+    WALL_OF[$version]+="$seconds " CPU_OF[$version]+="$cpu "
+    printf '%-8s %6d %10d %9.2f %11.0f %9s\n' "$version" "$r" "$samples" "$seconds" "$(rate "$samples" "$seconds")" "$cpu"
   done
 done
 for version in "${versions[@]}"; do
-  median=$(tr ' ' '\n' <<<"${SECONDS_OF[$version]}" | sed '/^$/d' | sort -n | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }')
-  printf '%-8s %4s %10d %9.2f %11.0f\n' "$version" median "$samples" "$median" "$(awk -v n="$samples" -v s="$median" 'BEGIN { print n / s }')"
+  seconds=$(median "${WALL_OF[$version]}")
+  printf '%-8s %6s %10d %9.2f %11.0f %9s\n' "$version" median "$samples" "$seconds" "$(rate "$samples" "$seconds")" \
+    "$(median "${CPU_OF[$version]}")"
 done
 echo "($(uname -n), $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg))"
