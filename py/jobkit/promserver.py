@@ -150,8 +150,9 @@ def start(
 ):
     """Starts prometheus on TSDB, listening on 127.0.0.1: FIRST_PORT or the next free one of TRIES (None: a
     port the kernel picks, TRIES times). Returns a ready Server; raises PromServerError (TSDB as found)."""
-    if serving_pid(tsdb):
-        raise PromServerError(f"{tsdb} is in use by a running Prometheus (pid {serving_pid(tsdb)}): stop it first")
+    busy = serving_pid(tsdb)
+    if busy:
+        raise PromServerError(f"{tsdb} is in use by a running Prometheus (pid {busy}): stop it first")
     workdir = tempfile.mkdtemp(prefix="promserver.")  # config and log; removed by stop()
     log_path = os.path.join(workdir, "prometheus.log")
     config = os.path.join(workdir, "prometheus.yml")

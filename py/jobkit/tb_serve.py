@@ -61,6 +61,7 @@ class Latest:
     def __init__(self, log=None):
         self.fold = Fold(log)
         self.values = {}  # name -> (tag, ms, value); insertion order = first seen
+        self._host = ""  # the host label of the render in progress (collect() is called back by the library)
 
     def add(self, scalars):
         n = 0
