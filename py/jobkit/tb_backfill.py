@@ -126,10 +126,10 @@ def openmetrics_chunks(series, labels, chunk_samples=None):
     """OpenMetrics texts of SERIES (gauges, one sample per point with its timestamp), all with LABELS; each text
     holds whole series, about CHUNK_SAMPLES samples (None: everything in one text), and ends with # EOF.
 
-    HELP/TYPE lines and label escaping come from prometheus_client; the sample lines are written here. The
-    library renders a sample in ~9 us on the project's 2-core test machine (a Sample tuple, the labels escaped
-    again for every sample, a Timestamp object): 5 s for the 550,000 samples of 50,000 steps x 10 scalars,
-    three times the rest of the backfill. These lines cost ~2 us each there.
+    HELP/TYPE lines and label escaping come from prometheus_client; the sample lines are written here. Measured
+    on the project's 2-core test machine (CPU time, 100,000 samples): the library's OpenMetrics rendering takes
+    22.6 us a sample (a Sample tuple, the labels escaped again for every sample, a Timestamp object), these lines
+    3.0 us: 12.4 s against 1.7 s for the 550,000 samples of 50,000 steps x 10 scalars.
     """
     if not series:
         yield "# EOF\n"
