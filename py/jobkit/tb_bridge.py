@@ -82,7 +82,3 @@ def backfill_command(logdir, tsdb, labels, host, since, promtool, prometheus, dr
     from jobkit.tb_backfill import backfill
 
     sys.exit(_run("backfill", lambda: backfill(logdir, tsdb, labels, host, since, promtool, prometheus, dry_run)))
-
-
-if __name__ == "__main__":  # `python -m jobkit.tb_bridge` of older callers: the same command line
-    group(prog_name="jobkit tb-bridge")
