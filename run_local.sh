@@ -133,7 +133,7 @@ main() {
   }
   trap '_cancel 130 INT' INT
   trap '_cancel 143 TERM' TERM
-  proc_wait "$train_pid" || rc=$?
+  proc_wait "$train_pid" || rc=$?   # keeps waiting when a trap interrupts it; rc is training's
   proc_cancel_kill_after "$killer_pid"
   # A member of the group may outlive its leader (e.g. a forked helper); it must not outlive the job.
   kill -KILL -- "-$train_pid" 2>/dev/null || true
