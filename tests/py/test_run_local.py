@@ -31,7 +31,7 @@ def workspace(tmp_path):
 
 def launcher_env(workspace, jax_cache, **extra):
     env = dict(os.environ)
-    for name in ("XLA_FLAGS", "JAX_PLATFORMS", "TUNE_PROFILE", "VIRTUAL_ENV", "PYTHONPATH"):
+    for name in ("XLA_FLAGS", "JAX_PLATFORMS", "TUNE_PROFILE", "VIRTUAL_ENV"):
         env.pop(name, None)
     env.update(JOB_WORKSPACE=str(workspace), CONTAINER_RUNTIME="none", JAX_CACHE_DIR=str(jax_cache))
     env.update(extra)
