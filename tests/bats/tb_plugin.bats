@@ -52,11 +52,16 @@ state_of() { sed -n 's/^# STATE //p' <<<"$output"; }
   local out=${BASH_REMATCH[2]}
   [[ $out == "$BATS_TEST_TMPDIR"/tb_bridge.* ]] || false
   kill -0 "$DAEMON_PID"
-  # started as the venv's `jobkit tb-bridge serve`, without PYTHONPATH
-  [[ $(tr '\0' ' ' <"/proc/$DAEMON_PID/cmdline") == *"$VENV_DIR/bin/jobkit tb-bridge serve --logdir $OUTPUT_PATH "* ]] || false
+  # started as the venv's `jobkit tb-bridge serve` (once the forked shell has exec'd it), without PYTHONPATH
+  local i cmdline=''
+  for ((i = 0; i < 50; i++)); do
+    cmdline=$(tr '\0' ' ' <"/proc/$DAEMON_PID/cmdline")
+    [[ $cmdline == *" tb-bridge serve "* ]] && break
+    sleep 0.1
+  done
+  [[ $cmdline == *"$VENV_DIR/bin/jobkit tb-bridge serve --logdir $OUTPUT_PATH "* ]] || false
   run ! grep -qz '^PYTHONPATH=' "/proc/$DAEMON_PID/environ"
 
-  local i
   for ((i = 0; i < 50; i++)); do [[ -s $out ]] && break; sleep 0.2; done
   [[ -s $out ]] || false
   [ "$(<"$out.pid")" = "$DAEMON_PID" ]
