@@ -100,7 +100,12 @@ main() {
   JOB_ID=$(new_local_job_id)
   JOB_NAME=$(job_name "$MODEL_NAME" "$EXP_TAG")
   check_job_name_length "$JOB_NAME" "$JOB_ID" || exit 2
-  if [[ $CONTAINER_RUNTIME == none ]]; then "$SCRIPT_DIR/utils/setup_env.sh" || exit 1; fi
+  if [[ $CONTAINER_RUNTIME == none ]]; then
+    "$SCRIPT_DIR/utils/setup_env.sh" || exit 1
+  else
+    # Training brings its own stack in the image; this host only needs jobkit for the verdict line.
+    "$SCRIPT_DIR/utils/setup_env.sh" --tools || echo "$_PROG: warning: no jobkit tools on this host; the job runs, without the TGS verdict line" >&2
+  fi
 
   # --- The job exists from here on. ---
   JOB_DIR=$JOB_ID-$JOB_NAME

@@ -160,11 +160,14 @@ main() {
   check_job_name_length "$JOB_NAME" "$_LONGEST_JOB_ID" || exit 2
   check_workspace_writable "$JOB_WORKSPACE" || exit 1
   _warn_if_node_local "$JOB_WORKSPACE"
-  # Natively, every node uses this checkout's venv (on the shared filesystem, like the workspace).
+  # Natively, every node uses this checkout's venv (on the shared filesystem, like the workspace). With a
+  # container runtime, training brings its own stack and the batch host only needs jobkit for the verdict.
   if [[ $runtime == none ]]; then
     "$SCRIPT_DIR/utils/setup_env.sh" || exit 1
-    export VENV_DIR=${VENV_DIR:-$SCRIPT_DIR/.venv}
+  else
+    "$SCRIPT_DIR/utils/setup_env.sh" --tools || _say "warning: no jobkit tools on this host; the job runs, without the TGS verdict line"
   fi
+  export VENV_DIR=${VENV_DIR:-$SCRIPT_DIR/.venv}
   local -a extra_sbatch=()
   local reservation
   reservation=$(_active_reservation)

@@ -185,3 +185,12 @@ tree_of() {
   [ "$status" -eq 0 ]
   [[ $output == *"known accelerators"* ]]
 }
+
+@test "py/bin/jobkit under a Python without jobkit's libraries says what to install in one line" {
+  local bare=/usr/bin/python3
+  "$bare" -c 'import click' 2>/dev/null && skip "the system python3 has click"
+  run "$bare" -I "$REPO_DIR/py/bin/jobkit" tgs some.log
+  [ "$status" -eq 1 ]
+  [ "${#lines[@]}" -eq 1 ]
+  [[ $output == "jobkit: $bare cannot import click; install jobkit's tools with utils/setup_env.sh --tools"* ]]
+}

@@ -15,6 +15,10 @@ def header(log_text: str) -> dict[str, str]:
     return values
 
 
+# How the training process shows in /proc/PID/cmdline (arguments are NUL-separated): `... jobkit launch ...`.
+TRAINING_CMDLINE = b"jobkit\0launch\0"
+
+
 def live_processes_of(job_id: str, cmdline_contains: bytes | None = None) -> list[int]:
     """PIDs whose environment carries JOB_ID=<job_id> (every process a job starts inherits it),
     optionally only those whose command line contains CMDLINE_CONTAINS."""

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from job_observation import header, live_processes_of
+from job_observation import TRAINING_CMDLINE, header, live_processes_of
 from prom_query import View, free_port
 from slurm_cluster import local_cluster  # noqa: F401  (the session fixture)
 
@@ -155,14 +155,14 @@ def test_scancel_mid_training_is_cancelled_and_leaves_no_training_process(slurm_
         time.sleep(1)
     else:
         pytest.fail("training never reached step 2 on both nodes")
-    assert live_processes_of(job_id, b"jobkit.launch"), "training should be running on the nodes"
+    assert live_processes_of(job_id, TRAINING_CMDLINE), "training should be running on the nodes"
 
     subprocess.run(["scancel", job_id], env=slurm_env, check=True)
     state, text = wait_for_end(slurm_env, job_id, log, timeout=90)
     assert "Status: CANCELLED (exit 143)" in text
     assert re.search(r"FAIL \(cancelled\)$", text, re.M)
     time.sleep(1)
-    assert live_processes_of(job_id, b"jobkit.launch") == []
+    assert live_processes_of(job_id, TRAINING_CMDLINE) == []
 
 
 def test_stage_timeout_stops_training_with_a_hint(slurm_env):
@@ -173,7 +173,7 @@ def test_stage_timeout_stops_training_with_a_hint(slurm_env):
     assert re.search(r"^== Training TIMEOUT \(\d+s/3s\) ==$", text, re.M)
     assert 'STAGE_TIMEOUTS="train:<seconds>"' in text
     assert re.search(r"Status: FAILED \(exit 124\) — Training TIMEOUT", text)
-    assert live_processes_of(job_id, b"jobkit.launch") == []
+    assert live_processes_of(job_id, TRAINING_CMDLINE) == []
 
 
 def test_sbatch_rejecting_an_argument_shows_its_message_and_leaves_nothing(slurm_env):

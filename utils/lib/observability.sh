@@ -36,8 +36,8 @@ source "$_OBS_DIR/cluster_ip.sh"
 source "$_OBS_DIR/free_port.sh"
 # shellcheck source=utils/lib/ray_cluster.sh
 source "$_OBS_DIR/ray_cluster.sh"
-# shellcheck source=utils/prometheus.sh
-source "$_OBS_DIR/../prometheus.sh"
+# shellcheck source=utils/lib/prometheus.sh
+source "$_OBS_DIR/prometheus.sh"
 
 # Exit status of `jobkit ray-launch` when no training process was started (cluster unreachable, not every node
 # joined): safe to train without Ray, nothing ran twice.
