@@ -189,6 +189,7 @@ HOST_ONLY="DATASET_DIR CONTAINER_RUNTIME DOCKER_IMAGE DOCKER_REGISTRY"   # mount
 HOST_ONLY+=" JAX_CACHE_DIR VENV_DIR"                  # host paths; the container has its own
 HOST_ONLY+=" XLA_FLAGS TMPDIR USER"                   # the image's / the container's own
 HOST_ONLY+=" OUTPUT_PATH TB_BRIDGE_PARENT_PID"        # set inside the training tier itself
+HOST_ONLY+=" CANCEL_GRACE_SECONDS TASK_KILL_GRACE STAGE_STOP_GRACE EARLY_DEATH_CHECK_SECONDS"   # orchestration's own
 
 @test "docker run: every training-side setting in the README tables and the training tier's sources crosses" {
   make_sandbox docker
