@@ -49,32 +49,7 @@ if [[ -n $OLD ]]; then
 fi
 
 mkdir -p "$WORK/logs"
-"$PYTHON" - "$WORK/logs/events.out.tfevents.1700000000.bench" "$STEPS" "$SCALARS" <<'PY'
-import struct, sys, types
-sys.modules.setdefault("tensorboard.compat.notf", types.ModuleType("tensorboard.compat.notf"))
-from google_crc32c import value as crc32c
-from tensorboard.compat.proto.event_pb2 import Event
-from tensorboard.compat.proto.summary_pb2 import Summary
-
-def masked(data):
-    crc = crc32c(data)
-    return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
-
-def record(event):
-    data = event.SerializeToString()
-    head = struct.pack("<Q", len(data))
-    return head + struct.pack("<I", masked(head)) + data + struct.pack("<I", masked(data))
-
-path, steps, scalars = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-t0 = 1700000000.0
-with open(path, "wb") as f:
-    f.write(record(Event(wall_time=t0, file_version="brain.Event:2")))
-    for step in range(steps):
-        f.write(b"".join(
-            record(Event(wall_time=t0 + step * 0.1 + k * 0.001, step=step,
-                         summary=Summary(value=[Summary.Value(tag=f"bench/scalar_{k}", simple_value=step * 0.5 + k)])))
-            for k in range(scalars)))
-PY
+"$PYTHON" "$REPO_DIR/bench/make_event_file.py" "$WORK/logs/events.out.tfevents.1700000000.bench" "$STEPS" "$SCALARS"
 
 # run VERSION: one backfill into a fresh TSDB; prints "SAMPLES SECONDS CPU_SECONDS"
 run() {
