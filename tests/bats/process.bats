@@ -194,3 +194,19 @@ tree_of() {
   [ "${#lines[@]}" -eq 1 ]
   [[ $output == "jobkit: $bare cannot import click; install jobkit's tools with utils/setup_env.sh --tools"* ]]
 }
+
+@test "proc_table lists every process once with the same fields proc_stat reads" {
+  spawn setsid bash -c 'sleep 30 & wait'
+  tree_of "$SPAWNED" 2
+  local row pid state ppid pgid sid start n=0
+  while read -r pid state ppid pgid sid start; do
+    [[ $pid == "${TREE[1]}" ]] || continue
+    n=$((n + 1))
+    proc_stat "$pid"
+    [ "$state $ppid $pgid $sid $start" = "$PROC_STATE $PROC_PPID $PROC_PGID $PROC_SID $PROC_START" ]
+    [ "$ppid" = "$SPAWNED" ] && [ "$sid" = "$SPAWNED" ]   # setsid made the bash a session leader
+  done < <(proc_table)
+  [ "$n" -eq 1 ]
+  [ "$(proc_table | wc -l)" -ge "$(find /proc -maxdepth 1 -name '[0-9]*' | wc -l | awk '{print int($1 * 0.9)}')" ]
+  proc_stop -g 2 "$SPAWNED"
+}

@@ -7,7 +7,9 @@
 # signalled while it still has the start time it had when we looked at it, so a PID the kernel recycled
 # for someone else's process is left alone.
 #
-#   proc_stat PID              sets PROC_STATE PROC_PPID PROC_PGID PROC_START; 1 when there is no such process
+#   proc_stat PID              sets PROC_STATE PROC_PPID PROC_PGID PROC_SID PROC_START; 1 when there is no such
+#                              process
+#   proc_table                 prints "PID STATE PPID PGID SID START" for every process, one pass over /proc
 #   proc_start_time PID        prints the start time (clock ticks since boot) of a live, non-zombie PID; else 1
 #   proc_alive PID [START]     true while PID runs (not a zombie) and, if START is given, still has that start
 #   proc_tree PID              prints PID and all its descendants, parents before children
@@ -29,12 +31,24 @@
 # The fields of /proc/PID/stat after "(comm) ": comm may hold spaces and parentheses, so split at the last ") ".
 proc_stat() {
   local line rest
-  PROC_STATE='' PROC_PPID='' PROC_PGID='' PROC_START=''
+  PROC_STATE='' PROC_PPID='' PROC_PGID='' PROC_SID='' PROC_START=''
   read -r line 2>/dev/null <"/proc/$1/stat" || return 1
   rest=${line##*) }
   read -r -a rest <<<"$rest"
   # shellcheck disable=SC2034  # named state for the caller
-  PROC_STATE=${rest[0]} PROC_PPID=${rest[1]} PROC_PGID=${rest[2]} PROC_START=${rest[19]}
+  PROC_STATE=${rest[0]} PROC_PPID=${rest[1]} PROC_PGID=${rest[2]} PROC_SID=${rest[3]} PROC_START=${rest[19]}
+}
+
+# For callers that need the whole tree at once (parents, sessions): one read per process, no subshell each.
+proc_table() {
+  local f line
+  local -a rest
+  for f in /proc/[0-9]*/stat; do
+    read -r line 2>/dev/null <"$f" || continue
+    rest=${line##*) }
+    read -r -a rest <<<"$rest"
+    echo "${line%% *} ${rest[0]} ${rest[1]} ${rest[2]} ${rest[3]} ${rest[19]}"
+  done
 }
 
 proc_start_time() {

@@ -310,18 +310,6 @@ ray_join_cluster() {
   return 1
 }
 
-# Prints "<pid> <ppid> <sid>" for every process, read from /proc/<pid>/stat (the part after the command name).
-_ray_proc_table() {
-  local stat line pid ppid sid
-  for stat in /proc/[0-9]*/stat; do
-    read -r line 2>/dev/null <"$stat" || continue
-    pid=${line%% *}
-    # after "(comm) ": state ppid pgrp session ...
-    read -r _ ppid _ sid _ <<<"${line##*) }"
-    echo "$pid $ppid $sid"
-  done
-}
-
 # True when the NUL-separated command line in file $1 has an option whose value is directory $2 or a path
 # under it (--temp-dir=DIR, --log_dir=DIR/..., --session-dir=DIR/...): how Ray's own processes name it. A
 # shell or `tail` that merely mentions the path does not count.
@@ -338,31 +326,31 @@ _ray_cmdline_names() {
 ray_node_pids() {
   local dir=${1:?ray_node_pids needs TEMP_DIR}
   dir=${dir%/}
-  local line self_sid pid ppid sid f row
+  local self_sid pid ppid sid f row
   local -A seed=() sessions=() children=() chosen=() mine=()
   local -a table=()
-  mapfile -t table < <(_ray_proc_table)
+  mapfile -t table < <(proc_table)
   for row in "${table[@]}"; do
-    read -r pid ppid sid <<<"$row"
+    read -r pid _ ppid _ sid _ <<<"$row"
     children[$ppid]+=" $pid"
   done
   # This shell and its ancestors are never part of the node, whatever their command lines say.
   pid=$BASHPID
   while [[ -n $pid && $pid != 0 && -z ${mine[$pid]:-} ]]; do
     mine[$pid]=1
-    read -r line 2>/dev/null </proc/"$pid"/stat || break
-    read -r _ pid _ <<<"${line##*) }"
+    proc_stat "$pid" || break
+    pid=$PROC_PPID
   done
   mine[$$]=1
-  read -r line </proc/"$BASHPID"/stat
-  read -r _ _ _ self_sid _ <<<"${line##*) }"
+  proc_stat "$BASHPID"
+  self_sid=$PROC_SID
   for f in /proc/[0-9]*/cmdline; do
     pid=${f#/proc/} pid=${pid%/cmdline}
     [[ -z ${mine[$pid]:-} ]] && _ray_cmdline_names "$f" "$dir" && seed[$pid]=1
   done
   local -a queue=("${!seed[@]}")
   for row in "${table[@]}"; do
-    read -r pid ppid sid <<<"$row"
+    read -r pid _ ppid _ sid _ <<<"$row"
     # The session of a seed is the node's own when its leader is gone (the setsid'd `ray start` exited) or is
     # a seed itself; never the caller's, nor one led by, e.g., a login shell.
     if [[ -n ${seed[$pid]:-} && $sid != "$self_sid" && $sid != 0 && -z ${mine[$sid]:-} ]] &&
@@ -371,7 +359,7 @@ ray_node_pids() {
     fi
   done
   for row in "${table[@]}"; do
-    read -r pid ppid sid <<<"$row"
+    read -r pid _ ppid _ sid _ <<<"$row"
     [[ -n ${sessions[$sid]:-} ]] && queue+=("$pid")
   done
   while ((${#queue[@]})); do
