@@ -34,17 +34,23 @@ class PromServerError(Exception):
     """A one-line, user-facing error."""
 
 
-def find_binary(given=None):
-    """The prometheus binary: GIVEN, else $PROMETHEUS_BIN, else PATH, else /usr/bin/prometheus; None if none."""
-    for candidate in (given, os.environ.get("PROMETHEUS_BIN")):
+def find_tool(name, given=None, env_var=None):
+    """A Prometheus tool (prometheus, promtool): GIVEN, else $ENV_VAR, else PATH, else /usr/bin/NAME (where
+    Debian's package puts it); None if none. A GIVEN or $ENV_VAR that is not executable is an error."""
+    for candidate in (given, os.environ.get(env_var) if env_var else None):
         if candidate:
             if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
                 return candidate
-            raise PromServerError(f"prometheus {candidate} is not an executable file; pass a prometheus binary")
-    found = shutil.which("prometheus")
+            raise PromServerError(f"{name} {candidate} is not an executable file; pass a {name} binary")
+    found = shutil.which(name)
     if found:
         return found
-    return "/usr/bin/prometheus" if os.access("/usr/bin/prometheus", os.X_OK) else None
+    return f"/usr/bin/{name}" if os.access(f"/usr/bin/{name}", os.X_OK) else None
+
+
+def find_binary(given=None):
+    """The prometheus binary: GIVEN, else $PROMETHEUS_BIN, else PATH, else /usr/bin/prometheus; None if none."""
+    return find_tool("prometheus", given, "PROMETHEUS_BIN")
 
 
 def serving_pid(tsdb):

@@ -155,14 +155,10 @@ def openmetrics_text(series, labels):
 
 
 def find_promtool(given=None):
-    if given:
-        if os.path.isfile(given) and os.access(given, os.X_OK):
-            return given
-        raise BackfillError(f"promtool {given} is not an executable file")
-    found = shutil.which("promtool")
-    if found:
-        return found
-    return "/usr/bin/promtool" if os.access("/usr/bin/promtool", os.X_OK) else None
+    try:
+        return promserver.find_tool("promtool", given)
+    except promserver.PromServerError as e:
+        raise BackfillError(str(e)) from None
 
 
 def wal_has_data(tsdb):

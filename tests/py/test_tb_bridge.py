@@ -270,7 +270,8 @@ def test_backfill_errors(tmp_path):
     proc = bridge("backfill", "--logdir", FIXTURE_DIR, "--tsdb", tmp_path, "--promtool", tmp_path / "promtool")
     assert (
         proc.returncode == 1
-        and proc.stderr == f"jobkit tb-bridge backfill: promtool {tmp_path / 'promtool'} is not an executable file\n"
+        and proc.stderr
+        == f"jobkit tb-bridge backfill: promtool {tmp_path / 'promtool'} is not an executable file; pass a promtool binary\n"
     )
     proc = bridge("backfill", "--logdir", FIXTURE_DIR, "--tsdb", tmp_path, "--label", "bad-name=1")
     assert proc.returncode == 1 and "expected NAME=VALUE" in proc.stderr
