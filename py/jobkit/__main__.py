@@ -1,4 +1,4 @@
-"""`python -m jobkit ...` runs the click CLI."""
+"""`python -m jobkit ...` is `jobkit ...` (the click CLI), for an interpreter without the console script."""
 
 from jobkit.cli import main
 
