@@ -10,30 +10,29 @@ import struct
 import sys
 import types
 
-# TensorBoard's protos import without TensorFlow once its compat stub is there.
-sys.modules.setdefault(
-    "tensorboard.compat.notf", types.ModuleType("tensorboard.compat.notf")
-)
-
-from google_crc32c import value as crc32c  # noqa: E402
-from tensorboard.compat.proto.event_pb2 import Event  # noqa: E402
-from tensorboard.compat.proto.summary_pb2 import Summary  # noqa: E402
-
-
-def masked(data):
-    crc = crc32c(data)
-    return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
+from jobkit.tb_events import masked_crc32c
 
 
 def record(event):
+    """EVENT in TFRecord framing: length, its masked CRC, the bytes, their masked CRC."""
     data = event.SerializeToString()
     head = struct.pack("<Q", len(data))
     return (
-        head + struct.pack("<I", masked(head)) + data + struct.pack("<I", masked(data))
+        head
+        + struct.pack("<I", masked_crc32c(head))
+        + data
+        + struct.pack("<I", masked_crc32c(data))
     )
 
 
 def main(path, steps, scalars):
+    # TensorBoard's protos import without TensorFlow once its compat stub is there.
+    sys.modules.setdefault(
+        "tensorboard.compat.notf", types.ModuleType("tensorboard.compat.notf")
+    )
+    from tensorboard.compat.proto.event_pb2 import Event
+    from tensorboard.compat.proto.summary_pb2 import Summary
+
     t0 = 1700000000.0
     with open(path, "wb") as f:
         f.write(record(Event(wall_time=t0, file_version="brain.Event:2")))

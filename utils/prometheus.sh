@@ -25,8 +25,9 @@
 #   PROMETHEUS_READY_TIMEOUT seconds to wait for /-/ready (default 30)
 #   JOB_WORKSPACE           workspace for `list` and `view <job>` (default <repo>/outputs)
 #
-# The job's own Prometheus (start/stop during a job) is in utils/lib/prometheus.sh. Sourced, this file defines
-# that library's functions and prometheus_view, and changes nothing else.
+# The job's own Prometheus (start/stop during a job) is in utils/lib/prometheus.sh; this file is only the command.
+set -euo pipefail
+[[ -n ${_DEBUG:-} ]] && set -x
 
 _PROMETHEUS_SH_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source=utils/lib/prometheus.sh
@@ -55,11 +56,9 @@ prometheus_view() {
     return 1
   fi
   range=$(prometheus_range_text "$tsdb") # before startup: replaying the WAL touches its files
-  local -a view=("$(proc_jobkit "$(dirname "$_PROMETHEUS_SH_DIR")")" tsdb view "$tsdb" --port "$port" --data-range "$range")
-  # run as the command, the viewer replaces this shell: a TERM to the script's PID reaches it, and it stops its
-  # Prometheus by PID (a foreground child would be orphaned by a TERM to bash)
-  [[ ${_PROM_VIEW_EXEC:-0} == 1 ]] && exec "${view[@]}"
-  "${view[@]}"
+  # The viewer replaces this shell: a TERM to the script's PID reaches it, and it stops its Prometheus by PID
+  # (a foreground child would be orphaned by a TERM to bash).
+  exec "$(proc_jobkit "$(dirname "$_PROMETHEUS_SH_DIR")")" tsdb view "$tsdb" --port "$port" --data-range "$range"
 }
 
 _prom_usage() { sed -n '2,/^$/{s/^# \{0,1\}//;p}' "${BASH_SOURCE[0]}"; }
@@ -77,8 +76,4 @@ prometheus_main() {
   esac
 }
 
-if [[ ${BASH_SOURCE[0]} == "$0" ]]; then
-  set -euo pipefail
-  [[ -n ${_DEBUG:-} ]] && set -x
-  _PROM_VIEW_EXEC=1 prometheus_main "$@"
-fi
+prometheus_main "$@"
