@@ -43,6 +43,8 @@ import click
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
+from jobkit.clitypes import SECONDS
+
 PLUGIN_SUFFIX = "_metrics_plugin.sh"
 DEFAULT_PORT = 9500  # 9400 belongs to NVIDIA's DCGM exporter
 PORT_TRIES = 20
@@ -429,21 +431,6 @@ class Exporter:
         return 0
 
 
-class _Seconds(click.ParamType):
-    """A number of seconds > 0 (click's FloatRange lets nan through)."""
-
-    name = "seconds"
-
-    def convert(self, value, param, ctx):
-        try:
-            seconds = float(value)
-        except (TypeError, ValueError):
-            seconds = None
-        if seconds is None or not 0 < seconds < float("inf"):
-            self.fail(f"must be a positive number of seconds, got {value}", param, ctx)
-        return seconds
-
-
 def _check_address(ctx, param, value):
     if value is None:
         raise click.UsageError(
@@ -491,9 +478,9 @@ def _check_plugins_dir(ctx, param, value):
     show_default=True,
     help=f"First port to try; a taken one moves on to the next (up to {PORT_TRIES} ports).",
 )
-@click.option("--interval", "-i", type=_Seconds(), default=10.0, show_default=True, help="Seconds between cycles.")
+@click.option("--interval", "-i", type=SECONDS, default=10.0, show_default=True, help="Seconds between cycles.")
 @click.option(
-    "--timeout", type=_Seconds(), default=5.0, show_default=True, help="Seconds a plugin may run (at most --interval)."
+    "--timeout", type=SECONDS, default=5.0, show_default=True, help="Seconds a plugin may run (at most --interval)."
 )
 @click.option(
     "--plugins-dir",

@@ -15,6 +15,7 @@ import sys
 import click
 
 from jobkit import promserver
+from jobkit.clitypes import SECONDS
 from jobkit.tb_events import EventsError
 
 _ONE_LINE_ERRORS = (EventsError, promserver.PromServerError)
@@ -45,7 +46,7 @@ def group():
 @click.option("--out", required=True, help="Exposition file, replaced atomically; pid in FILE.pid.")
 @click.option(
     "--interval",
-    type=click.FloatRange(min=0, min_open=True),
+    type=SECONDS,
     default=1.0,
     show_default=True,
     help="Seconds between polls.",

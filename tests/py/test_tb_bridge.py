@@ -689,3 +689,16 @@ def test_learned_record_layout_reads_what_protobuf_reads(tmp_path):
         expected.setdefault(name, {})[ms] = value
     assert points.keys() == expected.keys() and points["tb_step"] == expected["tb_step"]
     assert points["tb_learning_loss"] == expected["tb_learning_loss"]
+
+
+@pytest.mark.parametrize("interval", ["nan", "inf", "0", "-1", "abc"])
+def test_serve_refuses_an_interval_that_is_not_a_positive_finite_number(interval, tmp_path):
+    from click.testing import CliRunner
+
+    from jobkit.tb_bridge import group
+
+    args = ["serve", "--logdir", str(tmp_path), "--host", "h", "--out", str(tmp_path / "o"), "--interval", interval]
+    result = CliRunner().invoke(group, args)
+    assert result.exit_code == 2
+    assert f"must be a positive number of seconds, got {interval}" in result.output
+    assert not (tmp_path / "o").exists()
