@@ -2,6 +2,7 @@
 
 Reading jobs
   cli          the click group; tgs, mfu, why and launch live there, the rest are imported when run
+  clitypes     click parameter types shared by several commands
   logparse     a job log: header, step lines, footer
   tgs          throughput statistics over step windows, the end-of-run line
   failures     why a failed run failed
