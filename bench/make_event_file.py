@@ -17,19 +17,12 @@ def record(event):
     """EVENT in TFRecord framing: length, its masked CRC, the bytes, their masked CRC."""
     data = event.SerializeToString()
     head = struct.pack("<Q", len(data))
-    return (
-        head
-        + struct.pack("<I", masked_crc32c(head))
-        + data
-        + struct.pack("<I", masked_crc32c(data))
-    )
+    return head + struct.pack("<I", masked_crc32c(head)) + data + struct.pack("<I", masked_crc32c(data))
 
 
 def main(path, steps, scalars):
     # TensorBoard's protos import without TensorFlow once its compat stub is there.
-    sys.modules.setdefault(
-        "tensorboard.compat.notf", types.ModuleType("tensorboard.compat.notf")
-    )
+    sys.modules.setdefault("tensorboard.compat.notf", types.ModuleType("tensorboard.compat.notf"))
     from tensorboard.compat.proto.event_pb2 import Event
     from tensorboard.compat.proto.summary_pb2 import Summary
 

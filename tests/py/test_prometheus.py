@@ -37,9 +37,7 @@ def sh(*args, env=None, timeout=60, check=True):
         timeout=timeout,
     )
     if check and proc.returncode != 0:
-        raise AssertionError(
-            f"prometheus.sh {args} -> {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
-        )
+        raise AssertionError(f"prometheus.sh {args} -> {proc.returncode}\n{proc.stdout}\n{proc.stderr}")
     return proc
 
 
@@ -53,9 +51,7 @@ def lib(function, *args, timeout=60, check=True):
         timeout=timeout,
     )
     if check and proc.returncode != 0:
-        raise AssertionError(
-            f"{function} {args} -> {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
-        )
+        raise AssertionError(f"{function} {args} -> {proc.returncode}\n{proc.stdout}\n{proc.stderr}")
     return proc
 
 
@@ -107,9 +103,7 @@ def job(workspace, exporter, prometheus_bin):
     targets = job_dir / "prometheus" / "targets"
     targets.mkdir(parents=True)
     (targets / "exporter.json").write_text(
-        json.dumps(
-            [{"targets": [f"127.0.0.1:{exporter}"], "labels": {"job": "exporter"}}]
-        )
+        json.dumps([{"targets": [f"127.0.0.1:{exporter}"], "labels": {"job": "exporter"}}])
     )
     yield job_dir
     pidfile = job_dir / "prometheus" / "prometheus.pid"
@@ -135,11 +129,7 @@ def wait_samples(port, n):
 
     def enough():
         res = api(port, "/api/v1/query", query=f"{METRIC}[5m]")["result"]
-        return (
-            res
-            and len(res[0]["values"]) >= n
-            and [float(t) for t, _ in res[0]["values"]]
-        )
+        return res and len(res[0]["values"]) >= n and [float(t) for t, _ in res[0]["values"]]
 
     return wait_for(enough, 30, f"{n} samples of {METRIC}")
 
@@ -155,14 +145,10 @@ def test_start_scrape_stop_then_view(job):
     assert not pid_alive(pid), stop.stderr
     assert not (job / "prometheus" / "prometheus.pid").exists()
 
-    view = View(
-        job.name[:12], free_port()
-    )  # a job id prefix, resolved in $JOB_WORKSPACE
+    view = View(job.name[:12], free_port())  # a job id prefix, resolved in $JOB_WORKSPACE
     try:
         assert str(job / "prometheus") in "".join(view.header)
-        assert any(
-            f"ssh -L {view.port}:127.0.0.1:{view.port}" in line for line in view.header
-        )
+        assert any(f"ssh -L {view.port}:127.0.0.1:{view.port}" in line for line in view.header)
         data = api(
             view.port,
             "/api/v1/query_range",
@@ -193,10 +179,7 @@ def test_occupied_port_moves_to_next(job):
     try:
         port, err, pid = start(job, base)
         assert port > base
-        assert (
-            f"[Prometheus] WARNING: port {base} was occupied; using {port} instead"
-            in err
-        )
+        assert f"[Prometheus] WARNING: port {base} was occupied; using {port} instead" in err
         assert pid_alive(pid)
     finally:
         lib("prometheus_stop", job)
@@ -234,9 +217,7 @@ def test_kill9_keeps_data_and_list(job, workspace):
     finally:
         rc, err = view.stop()
     assert rc == 0, err
-    stop = lib(
-        "prometheus_stop", job
-    )  # the stale PID file is cleaned up, nothing is signalled
+    stop = lib("prometheus_stop", job)  # the stale PID file is cleaned up, nothing is signalled
     assert "not running" in stop.stderr
     assert not (job / "prometheus" / "prometheus.pid").exists()
 
@@ -248,30 +229,18 @@ def test_view_refuses_non_tsdb(tmp_path, prometheus_bin):
     proc = sh("view", plain, "-p", free_port(), check=False)
     assert proc.returncode != 0
     lines = proc.stderr.strip().splitlines()
-    assert (
-        len(lines) == 1
-        and lines[0].startswith("prometheus.sh: ")
-        and "not a Prometheus TSDB" in lines[0]
-    )
+    assert len(lines) == 1 and lines[0].startswith("prometheus.sh: ") and "not a Prometheus TSDB" in lines[0]
     assert sorted(p.name for p in plain.iterdir()) == ["notes.txt"]
 
 
 def test_help_and_the_library_sources_cleanly():
     help_text = sh("--help").stdout
+    assert help_text.startswith("Usage: prometheus.sh install") and "Summary: " in help_text
+    assert "start" not in help_text.split("Summary:")[0]  # the job's Prometheus is the library's, not a command
     assert (
-        help_text.startswith("Usage: prometheus.sh install")
-        and "Summary: " in help_text
+        sh("start", "x", check=False).stderr == "prometheus.sh: unknown command 'start'; run 'prometheus.sh --help'\n"
     )
-    assert (
-        "start" not in help_text.split("Summary:")[0]
-    )  # the job's Prometheus is the library's, not a command
-    assert (
-        sh("start", "x", check=False).stderr
-        == "prometheus.sh: unknown command 'start'; run 'prometheus.sh --help'\n"
-    )
-    for sourced in (
-        LIB,
-    ):  # the command is only a command; its functions live in the library
+    for sourced in (LIB,):  # the command is only a command; its functions live in the library
         out = subprocess.run(
             [
                 "bash",
@@ -316,16 +285,9 @@ def test_view_refuses_a_damaged_wal_and_changes_nothing(stopped_tsdb):
     proc = sh("view", stopped_tsdb, "-p", free_port(), check=False)
     assert proc.returncode == 1 and proc.stdout == ""
     (line,) = proc.stderr.splitlines()
-    assert line.startswith(
-        f"jobkit tsdb view: the WAL of {stopped_tsdb} is damaged at wal/00000000 byte 0 (CRC"
-    )
-    assert (
-        f"cp -a {stopped_tsdb} /tmp/tsdb-copy && utils/prometheus.sh view /tmp/tsdb-copy"
-        in line
-    )
-    assert (
-        tree(stopped_tsdb) == before
-    )  # refused before Prometheus could repair (truncate) it
+    assert line.startswith(f"jobkit tsdb view: the WAL of {stopped_tsdb} is damaged at wal/00000000 byte 0 (CRC")
+    assert f"cp -a {stopped_tsdb} /tmp/tsdb-copy && utils/prometheus.sh view /tmp/tsdb-copy" in line
+    assert tree(stopped_tsdb) == before  # refused before Prometheus could repair (truncate) it
 
 
 def test_a_failed_view_start_leaves_the_tsdb_as_it_was(stopped_tsdb):
@@ -337,9 +299,7 @@ def test_a_failed_view_start_leaves_the_tsdb_as_it_was(stopped_tsdb):
     proc = sh("view", stopped_tsdb, "-p", free_port(), check=False)
     assert proc.returncode == 1 and proc.stdout == ""
     (line,) = proc.stderr.splitlines()
-    assert line.startswith(
-        f"jobkit tsdb view: Prometheus exited at start-up on {stopped_tsdb}: "
-    ), line
+    assert line.startswith(f"jobkit tsdb view: Prometheus exited at start-up on {stopped_tsdb}: "), line
     assert "chunks_head" in line, line  # Prometheus's own words
     assert tree(stopped_tsdb) == before
 
@@ -353,16 +313,9 @@ def test_view_moves_past_a_taken_port(stopped_tsdb):
         view = View(stopped_tsdb, taken)
         try:
             assert view.port != taken
-            assert (
-                view.query(f"count_over_time({METRIC}[1h])", time.time())[0]["value"][1]
-                != "0"
-            )
+            assert view.query(f"count_over_time({METRIC}[1h])", time.time())[0]["value"][1] != "0"
         finally:
             rc, err = view.stop()
     finally:
         blocker.close()
-    assert (
-        rc == 0
-        and f"[Prometheus] WARNING: port {taken} was occupied; using {view.port} instead"
-        in err
-    ), err
+    assert rc == 0 and f"[Prometheus] WARNING: port {taken} was occupied; using {view.port} instead" in err, err
