@@ -80,6 +80,7 @@ SUBCOMMANDS = {
     "tsdb": "jobkit.tsdb:group",
     "ray-launch": "jobkit.ray_driver:command",
     "ray-start": "jobkit.ray_start:command",
+    "sweep": "jobkit.sweep.cli:group",
 }
 
 

@@ -1,0 +1,10 @@
+"""Sweep drivers: `jobkit sweep batch|nodes|network|models|xla`, plus `list` and `resume`.
+
+jobs     Point (one job of a sweep), Outcome, the runners (Slurm via submit.sh, local via run_local.sh)
+watch    one job's log: progress, phase, hang, verdict (TGS from jobkit.tgs, class from jobkit.failures)
+engine   the monitoring policy: submit, watch, retry / exclude / stop, record, report as results land
+state    $JOB_WORKSPACE/sweeps/<id>/: plan.json, points.jsonl, summary.md; resume = replay
+common   what every driver's command shares: options, checks, the run wrapper, tables
+cli      the click group and `list` / `resume`
+batch, nodes, network, models, xla   the drivers (decision logic + command)
+"""

@@ -1,0 +1,1 @@
+"""`jobkit sweep batch`: to be written."""

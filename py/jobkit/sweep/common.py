@@ -1,0 +1,190 @@
+"""What every sweep driver's command shares: options, model and nodelist checks, the run wrapper, tables.
+
+A driver is a click command whose body builds points and calls `engine.run`; `execute` wraps it with the
+sweep's life cycle: create or reopen the sweep dir (only after every input is checked, so bad input
+leaves nothing behind), turn Ctrl-C / SIGTERM into a clean interrupt, stop on a bail-out rule, write
+summary.md, and exit 0 (finished), 1 (bad input), 3 (stopped by a rule) or 130/143 (interrupted).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import click
+
+from jobkit import clitypes
+from jobkit.sweep import state
+from jobkit.sweep.engine import Engine, Policy, SweepInterrupted, SweepStopped
+from jobkit.sweep.jobs import REPO_ROOT, LocalRunner, Runner, SlurmRunner
+from jobkit.sweep.watch import expand_nodelist
+
+EXIT_BAD_INPUT, EXIT_STOPPED = 1, 3
+# After the scheduler lets a job go, how long to wait for its log's JOB SUMMARY (shared filesystems lag).
+FOOTER_GRACE = 30.0
+
+
+def fail(message: str, code: int = EXIT_BAD_INPUT):
+    click.echo(f"jobkit sweep: {message}", err=True)
+    sys.exit(code)
+
+
+def resolve_model(name: str, repo: Path = REPO_ROOT) -> str:
+    """The config name utils/lib/resolve_model.sh gives NAME (exact, alias, unique part); SweepError if none."""
+    script = 'source "$1/utils/lib/resolve_model.sh" && resolve_model "$2" "$1/configs"'
+    result = subprocess.run(["bash", "-c", script, "jobkit", str(repo), name], capture_output=True, text=True)
+    if result.returncode != 0:
+        message = result.stderr.strip().splitlines()[-1] if result.stderr.strip() else f"unknown model {name!r}"
+        raise state.SweepError(message.removeprefix("jobkit: "))
+    return result.stdout.strip()
+
+
+def parse_nodes(text: str | None, need: int = 1, local: bool = False) -> tuple[str, ...]:
+    """-w NODES (Slurm list syntax) as a tuple; checks duplicates and that there are at least NEED."""
+    if local:
+        if text:
+            raise state.SweepError("-w names Slurm nodes; --local runs on this machine only (drop -w or --local)")
+        return ()
+    if not text:
+        raise state.SweepError("give the nodes to pin the sweep to with -w (e.g. -w node[1-4]); sweeps never float")
+    try:
+        nodes = tuple(expand_nodelist(text))
+    except ValueError as exc:
+        raise state.SweepError(f"-w {text!r} is not a node list ({exc}); write e.g. node1,node2 or node[1-4]") from exc
+    dupes = sorted({n for n in nodes if nodes.count(n) > 1})
+    if dupes:
+        raise state.SweepError(f"-w {text!r} names {', '.join(dupes)} more than once; list each node once")
+    if len(nodes) < need:
+        raise state.SweepError(f"-w {text!r} has {len(nodes)} node(s) but -N is {need}; give at least {need} nodes")
+    return nodes
+
+
+def default_id(driver: str, model: str) -> str:
+    return f"{driver}-{model}-{time.strftime('%Y%m%d-%H%M%S')}"
+
+
+def options(func):
+    """The options every driver takes."""
+    decorators = [
+        click.option("--id", "sweep_id", help="Sweep id (default <driver>-<model>-<time>); an existing id resumes."),
+        click.option("--local", is_flag=True, help="Run each job with run_local.sh on this machine, one at a time."),
+        click.option("--serial", is_flag=True, help="One job at a time on Slurm too (nodes that share hardware)."),
+        click.option(
+            "--hang-after",
+            type=clitypes.SECONDS,
+            default=900,
+            show_default=True,
+            help="A running job with no new step for this many seconds is a hang.",
+        ),
+        click.option("--poll", type=clitypes.SECONDS, default=10, show_default=True, help="Seconds between checks."),
+        click.option("--max-retries", type=click.IntRange(0, 5), default=2, show_default=True),
+        click.option(
+            "--sbatch-arg",
+            "sbatch_args",
+            multiple=True,
+            help="Extra sbatch argument for every job (repeat), e.g. --sbatch-arg=--time=30:00.",
+        ),
+    ]
+    for decorator in reversed(decorators):
+        func = decorator(func)
+    return func
+
+
+def runner_for(sweep: state.Sweep, params: dict) -> Runner:
+    env = dict(os.environ, JOB_WORKSPACE=str(state.workspace()))
+    if params.get("local"):
+        return LocalRunner(sweep.path / "console", env=env)
+    return SlurmRunner(env=env, sbatch_args=tuple(params.get("sbatch_args") or ()))
+
+
+# A test can set this to build its own runner (recorded outcomes) instead of Slurm / run_local.
+RUNNER_FACTORY: Callable[[state.Sweep, dict], Runner] = runner_for
+
+
+def execute(driver: str, params: dict, model: str, body: Callable[[Engine], str]) -> None:
+    """Run BODY (which returns the summary markdown) as sweep `params['sweep_id']` of DRIVER."""
+    sweep_id = params.get("sweep_id") or default_id(driver, model)
+    stored = {k: v for k, v in params.items() if k != "sweep_id"}
+    try:
+        sweep, resumed = state.start(sweep_id, driver, _jsonable(stored))
+    except state.SweepError as exc:
+        fail(str(exc))
+    for job_id in sweep.unfinished_jobs() if resumed else []:
+        click.echo(f"[sweep] job {job_id} of the interrupted run has no outcome; it will run again")
+    policy = Policy(
+        hang_after=params["hang_after"],
+        max_retries=params["max_retries"],
+        poll=params["poll"],
+        serial=params["serial"],
+        footer_grace=FOOTER_GRACE,
+    )
+    engine = Engine(sweep, RUNNER_FACTORY(sweep, params), policy, echo=lambda s: click.echo(s))
+    click.echo(f"[sweep] {'resuming' if resumed else 'started'} {sweep.id} in {sweep.path}")
+    restore_signals = engine.guard_signals()
+    try:
+        summary = body(engine)
+    except SweepInterrupted as exc:
+        engine.interrupted(exc)
+        click.echo(f"[sweep] interrupted; resume with: jobkit sweep resume {sweep.id}", err=True)
+        sys.exit(128 + exc.signum)
+    except SweepStopped as exc:
+        engine.cancel_all()
+        sweep.set_state(state.STOPPED, str(exc))
+        fail(f"sweep {sweep.id} stopped: {exc}", EXIT_STOPPED)
+    except state.SweepError as exc:
+        engine.cancel_all()
+        sweep.set_state(state.STOPPED, str(exc))
+        fail(str(exc))
+    finally:
+        restore_signals()
+    sweep.write_summary(summary)
+    sweep.set_state(state.FINISHED)
+    click.echo("")
+    click.echo(summary.rstrip())
+    click.echo(f"\n[sweep] {sweep.id} finished; summary: {sweep.summary_file}")
+
+
+def _jsonable(params: dict) -> dict:
+    return {k: list(v) if isinstance(v, tuple) else v for k, v in params.items()}
+
+
+def driver_command(group: click.Group, name: str):
+    """Register a driver on GROUP; resume finds it by NAME."""
+
+    def wrap(func):
+        command = group.command(name)(options(func))
+        return command
+
+    return wrap
+
+
+# --- tables ---
+def table(headers: list[str], rows: list[list[str]]) -> str:
+    """A markdown table (what summary.md and the terminal show)."""
+    widths = [max(len(str(c)) for c in col) for col in zip(headers, *rows, strict=False)]
+    fmt = lambda cells: "| " + " | ".join(str(c).ljust(w) for c, w in zip(cells, widths, strict=False)) + " |"  # noqa: E731
+    return "\n".join([fmt(headers), "|" + "|".join("-" * (w + 2) for w in widths) + "|", *map(fmt, rows)]) + "\n"
+
+
+def fmt_tgs(value: float | None) -> str:
+    return f"{value:,.0f}" if value is not None else "—"
+
+
+def fmt_pct(value: float | None, signed: bool = False) -> str:
+    if value is None:
+        return "—"
+    return f"{value:+.1f}%" if signed else f"{value:.1f}%"
+
+
+def fmt_status(outcome) -> str:
+    if outcome.passed:
+        return "PASS"
+    if outcome.status == "HANG":
+        return f"HANG ({outcome.detail})"
+    if outcome.status == "SKIPPED":
+        return f"SKIPPED ({outcome.reason})"
+    return "OOM" if outcome.is_oom else f"FAIL ({outcome.reason})"

@@ -1,0 +1,1 @@
+"""`jobkit sweep models`: to be written."""

@@ -1,0 +1,1 @@
+"""`jobkit sweep network`: to be written."""

@@ -1,0 +1,156 @@
+"""A sweep's state on disk: `$JOB_WORKSPACE/sweeps/<id>/`.
+
+    plan.json      driver, its options (what `resume` replays), created, state, stop reason
+    points.jsonl   one JSON object per event: {"event": "submitted"|"done", "key": ..., ...}; append-only,
+                   so a crash loses at most the line being written and never corrupts earlier points
+    summary.md     the driver's final table (rewritten whenever a point lands)
+    console/       stdout of local jobs
+
+Drivers are deterministic given the outcomes of their points, so resuming is replaying the driver with
+the recorded outcomes: a point whose "done" record exists is answered from it and never run again.
+plan.json is replaced by rename (atomic), so a reader never sees half of it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+from pathlib import Path
+
+from jobkit.sweep.jobs import REPO_ROOT, Outcome
+
+RUNNING, INTERRUPTED, STOPPED, FINISHED = "running", "interrupted", "stopped", "finished"
+_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
+
+
+class SweepError(Exception):
+    """Bad sweep input or state: one line for the user, exit 1."""
+
+
+def workspace() -> Path:
+    """JOB_WORKSPACE as the launch scripts resolve it (default <repo>/outputs)."""
+    return Path(os.environ.get("JOB_WORKSPACE") or REPO_ROOT / "outputs").resolve()
+
+
+def sweeps_dir() -> Path:
+    return workspace() / "sweeps"
+
+
+def check_id(sweep_id: str) -> str:
+    if not _ID.match(sweep_id):
+        raise SweepError(
+            f"sweep id {sweep_id!r} is not usable as a directory name; use letters, digits, '.', '_' and '-'"
+        )
+    return sweep_id
+
+
+class Sweep:
+    def __init__(self, path: Path):
+        self.path = path
+        self.id = path.name
+
+    # --- plan ---
+    @property
+    def plan_file(self) -> Path:
+        return self.path / "plan.json"
+
+    def plan(self) -> dict:
+        try:
+            return json.loads(self.plan_file.read_text())
+        except (OSError, ValueError) as exc:
+            raise SweepError(f"sweep {self.id}: cannot read {self.plan_file} ({exc}); it is not a sweep dir") from exc
+
+    def write_plan(self, plan: dict) -> None:
+        tmp = self.plan_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps(plan, indent=2) + "\n")
+        tmp.replace(self.plan_file)  # rename is atomic: readers see the old plan or the new one
+
+    def set_state(self, state: str, reason: str = "") -> None:
+        plan = self.plan()
+        plan.update(state=state, reason=reason, updated=time.strftime("%Y-%m-%dT%H:%M:%S"))
+        self.write_plan(plan)
+
+    # --- points ---
+    @property
+    def points_file(self) -> Path:
+        return self.path / "points.jsonl"
+
+    def record(self, event: str, key: str, **data) -> None:
+        line = json.dumps({"event": event, "key": key, "time": time.strftime("%Y-%m-%dT%H:%M:%S"), **data})
+        with open(self.points_file, "a") as fh:
+            fh.write(line + "\n")
+
+    def events(self) -> list[dict]:
+        if not self.points_file.exists():
+            return []
+        out = []
+        for line in self.points_file.read_text().splitlines():
+            try:
+                out.append(json.loads(line))
+            except ValueError:
+                continue  # a line cut short by a crash: that point simply runs again
+        return out
+
+    def done(self) -> dict[str, Outcome]:
+        """The recorded outcome of every finished point, by key (the last record wins)."""
+        return {e["key"]: Outcome.from_dict(e["outcome"]) for e in self.events() if e.get("event") == "done"}
+
+    def unfinished_jobs(self) -> list[str]:
+        """Job ids submitted but with no outcome recorded (a sweep killed without its clean-up)."""
+        done = {e["key"] for e in self.events() if e.get("event") == "done"}
+        return [e["job_id"] for e in self.events() if e.get("event") == "submitted" and e["key"] not in done]
+
+    @property
+    def summary_file(self) -> Path:
+        return self.path / "summary.md"
+
+    def write_summary(self, text: str) -> None:
+        tmp = self.summary_file.with_suffix(".tmp")
+        tmp.write_text(text)
+        tmp.replace(self.summary_file)
+
+
+def open_sweep(sweep_id: str) -> Sweep:
+    path = sweeps_dir() / check_id(sweep_id)
+    if not (path / "plan.json").exists():
+        known = ", ".join(s.id for s in list_sweeps()[-5:]) or "none yet"
+        raise SweepError(f"no sweep {sweep_id!r} in {sweeps_dir()} (recent: {known}); `jobkit sweep list` shows them")
+    return Sweep(path)
+
+
+def start(sweep_id: str, driver: str, params: dict) -> tuple[Sweep, bool]:
+    """The sweep SWEEP_ID, created for DRIVER with PARAMS (its command's options) or reopened to resume it;
+    returns (sweep, resumed)."""
+    path = sweeps_dir() / check_id(sweep_id)
+    sweep = Sweep(path)
+    if sweep.plan_file.exists():
+        plan = sweep.plan()
+        if plan.get("driver") != driver or plan.get("params") != params:
+            raise SweepError(
+                f"sweep {sweep_id} was started by `jobkit sweep {plan.get('driver')}` with other settings;"
+                f" resume it as it was with `jobkit sweep resume {sweep_id}`, or choose another --id"
+            )
+        if plan.get("state") == FINISHED:
+            raise SweepError(
+                f"sweep {sweep_id} already finished (results in {sweep.summary_file}); start a new one with another --id"
+            )
+        sweep.set_state(RUNNING)
+        return sweep, True
+    if path.exists():
+        raise SweepError(f"{path} exists but is not a sweep (no plan.json); choose another --id")
+    path.mkdir(parents=True)
+    now = time.strftime("%Y-%m-%dT%H:%M:%S")
+    sweep.write_plan(
+        {"id": sweep_id, "driver": driver, "params": params, "created": now, "updated": now, "state": RUNNING}
+    )
+    return sweep, False
+
+
+def list_sweeps() -> list[Sweep]:
+    base = sweeps_dir()
+    if not base.is_dir():
+        return []
+    found = [Sweep(p) for p in base.iterdir() if (p / "plan.json").is_file()]
+    return sorted(found, key=lambda s: (s.plan().get("created", ""), s.id))

@@ -1,0 +1,1 @@
+"""`jobkit sweep xla`: to be written."""
