@@ -63,6 +63,11 @@ def parse_nodes(text: str | None, need: int = 1, local: bool = False) -> tuple[s
     return nodes
 
 
+def with_steps(extra: tuple[str, ...], steps: int) -> tuple[str, ...]:
+    """EXTRA with steps=STEPS appended unless the user set steps= themselves."""
+    return extra if any(a.startswith("steps=") for a in extra) else (*extra, f"steps={steps}")
+
+
 def default_id(driver: str, model: str) -> str:
     return f"{driver}-{model}-{time.strftime('%Y%m%d-%H%M%S')}"
 

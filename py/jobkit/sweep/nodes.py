@@ -17,11 +17,6 @@ from jobkit.sweep.jobs import Outcome, Point
 MARGINAL, DEGRADED = -2.0, -5.0  # percent vs the reference
 
 
-def with_steps(extra: tuple[str, ...], steps: int) -> tuple[str, ...]:
-    """EXTRA with steps=STEPS appended unless the user set steps= themselves."""
-    return extra if any(a.startswith("steps=") for a in extra) else (*extra, f"steps={steps}")
-
-
 def reference(values: list[float]) -> float | None:
     """The upper median: the middle value, or the higher of the two middle ones."""
     if not values:
@@ -86,5 +81,5 @@ def command(model, nodelist, steps, extra, **params):
         nodes = common.parse_nodes(nodelist)
     except common.state.SweepError as exc:
         common.fail(str(exc))
-    todo = points(model, nodes, with_steps(tuple(extra), steps))
+    todo = points(model, nodes, common.with_steps(tuple(extra), steps))
     common.execute("nodes", params, model, lambda engine: report(model, nodes, engine.run(todo)))
