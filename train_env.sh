@@ -8,6 +8,7 @@
 #
 # Switches (as environment or _env_ overrides):
 #   TUNE_PROFILE=<name>     named XLA / collective tuning profile (see the two case blocks below)
+#   TUNE_PROFILE_FILE=<f>   a tuning profile as data: --xla flags and NAME=VALUE lines (see Tuning profiles)
 #   ENABLE_XLA_DUMP=1       dump HLO of the train step into <job dir>/xla_dump (node rank 0 only)
 #   CPU_DEVICES_PER_NODE=N  on a CPU-only node, emulate N devices in one process (default 1)
 #   JAX_CACHE_DIR=<dir>     persistent JAX compilation cache (default <workspace>/.jax_cache)
@@ -94,9 +95,53 @@ fi
 # against what is deployed. Block 1 appends XLA flags (XLA keeps the last value of a repeated flag);
 # block 2 sets collective / runtime knobs. `restore_default` puts XLA_FLAGS back to what the image gave
 # (plus the flags this node needs to work at all) to measure the image alone.
+#
+# TUNE_PROFILE_FILE=<file> is a profile as data, applied after the named one: what `jobkit sweep xla` writes
+# for each catalog profile, so a new profile needs no edit here. One item a line: `--name[=value]` is
+# appended to XLA_FLAGS like the named profiles' flags, `NAME=VALUE` is exported (value taken literally),
+# `#` comments and blank lines are skipped; any other line stops the job before training, naming the file
+# and line. The file is only read, never sourced. A relative path is taken from JOB_WORKSPACE, which is
+# the same directory under another path inside the container.
 TUNE_PROFILE=$(train_setting TUNE_PROFILE baseline)
+TUNE_PROFILE_FILE=$(train_setting TUNE_PROFILE_FILE "")
 export TUNE_PROFILE
 apply_tune_profile() {
+  _apply_named_tune_profile
+  if [[ -n $TUNE_PROFILE_FILE ]]; then _apply_tune_profile_file "$TUNE_PROFILE_FILE" || return; fi
+  return 0
+}
+
+# _apply_tune_profile_file FILE: checks every line first, then applies them all (a bad line changes nothing).
+_apply_tune_profile_file() {
+  local file=$1 line number=0 name
+  local -a flags=() settings=()
+  [[ $file == /* ]] || file=${JOB_WORKSPACE:-$PWD}/$file
+  if [[ ! -f $file || ! -r $file ]]; then
+    echo "[train_env] ERROR: TUNE_PROFILE_FILE=$1: no readable file at $file; give an existing profile file (relative paths start at JOB_WORKSPACE)" >&2
+    return 2
+  fi
+  while IFS= read -r line || [[ -n $line ]]; do
+    number=$((number + 1))
+    line=${line%$'\r'}
+    line=${line#"${line%%[![:space:]]*}"}   # trim leading, then trailing, blanks
+    line=${line%"${line##*[![:space:]]}"}
+    if [[ -z $line || $line == '#'* ]]; then continue
+    elif [[ $line =~ ^--[A-Za-z0-9_]+(=[^[:space:]]*)?$ ]]; then flags+=("$line")
+    elif [[ $line =~ ^([A-Za-z_][A-Za-z0-9_]*)=(.*)$ && ${BASH_REMATCH[1]} != XLA_FLAGS ]]; then settings+=("$line")
+    else
+      echo "[train_env] ERROR: $file:$number: '$line' is not an XLA flag (--name=value, no spaces), a setting (NAME=VALUE, not XLA_FLAGS) or a # comment; fix that line" >&2
+      return 2
+    fi
+  done <"$file"
+  if ((${#flags[@]})); then append_xla_flags "${flags[@]}"; fi
+  for line in "${settings[@]}"; do
+    name=${line%%=*}
+    export "$name=${line#*=}"
+  done
+  echo "[train_env] TUNE_PROFILE_FILE=$1 applied: ${#flags[@]} XLA flag(s), ${#settings[@]} setting(s)"
+}
+
+_apply_named_tune_profile() {
   case $TUNE_PROFILE in
     baseline|"") ;;
     restore_default)

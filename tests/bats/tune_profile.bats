@@ -1,0 +1,92 @@
+#!/usr/bin/env bats
+# TUNE_PROFILE_FILE: a tuning profile as data (what `jobkit sweep xla` writes per catalog profile), read by
+# train_env.sh's apply_tune_profile after the named TUNE_PROFILE and before the _env_ overrides. The
+# Python interpreter is a stub that records the environment training would get.
+
+load test_helper
+
+setup() {
+  REPO=$(copy_repo)
+  export JOB_WORKSPACE=$BATS_TEST_TMPDIR/ws JOB_DIR=local_1-JAX-tiny MODEL_NAME_ALIAS=""
+  mkdir -p "$JOB_WORKSPACE/$JOB_DIR"
+  export GPU_DETECT_ROOT=$BATS_TEST_TMPDIR/nogpu   # CPU node: XLA_FLAGS starts as the device-count flag
+  unset XLA_FLAGS TUNE_PROFILE TUNE_PROFILE_FILE ENABLE_XLA_DUMP JAX_PLATFORMS XLA_PYTHON_CLIENT_MEM_FRACTION NCCL_PROTO
+  RECORD=$BATS_TEST_TMPDIR/record
+  make_stub fakepython "printf '%s\n' \"\$@\" >'$RECORD.argv'; env >'$RECORD.env'"
+  export TRAIN_PYTHON=fakepython
+  PROFILE=$JOB_WORKSPACE/profiles/p.profile
+  mkdir -p "${PROFILE%/*}"
+}
+
+env_of() { sed -n "s/^$1=//p" "$RECORD.env"; }
+BASE_FLAGS=--xla_force_host_platform_device_count=1
+
+@test "flags are appended in file order after the model env file; NAME=VALUE lines are exported" {
+  echo 'append_xla_flags --xla_cpu_enable_fast_math=false' >"$REPO/configs/tiny.env.sh"
+  printf '%s\n' '# a comment' '' '--xla_cpu_enable_fast_math=true' '  NCCL_PROTO=Simple  ' \
+    '--xla_cpu_multi_thread_eigen=false' 'TWO_WORDS=a b=c' >"$PROFILE"
+  run "$REPO/_train.sh" tiny -- "_env_TUNE_PROFILE_FILE=$PROFILE"
+  [ "$status" -eq 0 ]
+  [ "$(env_of XLA_FLAGS)" = "$BASE_FLAGS --xla_cpu_enable_fast_math=false --xla_cpu_enable_fast_math=true --xla_cpu_multi_thread_eigen=false" ]
+  [ "$(env_of NCCL_PROTO)" = Simple ]
+  [ "$(env_of TWO_WORDS)" = "a b=c" ]
+  [[ $output == *"TUNE_PROFILE_FILE=$PROFILE applied: 2 XLA flag(s), 2 setting(s)"* ]]
+}
+
+@test "a relative path starts at JOB_WORKSPACE (the container sees the workspace elsewhere)" {
+  printf '%s\n' '--xla_cpu_use_thunk_runtime=false' >"$PROFILE"
+  "$REPO/_train.sh" tiny -- _env_TUNE_PROFILE_FILE=profiles/p.profile
+  [ "$(env_of XLA_FLAGS)" = "$BASE_FLAGS --xla_cpu_use_thunk_runtime=false" ]
+}
+
+@test "the file applies on top of restore_default, and _env_ overrides still win over its settings" {
+  echo 'append_xla_flags --xla_model_specific=1' >"$REPO/configs/tiny.env.sh"
+  printf '%s\n' '--xla_cpu_enable_fast_math=true' 'XLA_PYTHON_CLIENT_MEM_FRACTION=.80' >"$PROFILE"
+  "$REPO/_train.sh" tiny -- _env_TUNE_PROFILE=restore_default "_env_TUNE_PROFILE_FILE=$PROFILE"
+  [ "$(env_of XLA_FLAGS)" = "$BASE_FLAGS --xla_cpu_enable_fast_math=true" ]
+  [ "$(env_of XLA_PYTHON_CLIENT_MEM_FRACTION)" = .80 ]
+  "$REPO/_train.sh" tiny -- "_env_TUNE_PROFILE_FILE=$PROFILE" _env_XLA_PYTHON_CLIENT_MEM_FRACTION=.70
+  [ "$(env_of XLA_PYTHON_CLIENT_MEM_FRACTION)" = .70 ]
+}
+
+@test "a bad line stops the job before training, naming the file and line, and applies nothing" {
+  for bad in 'rm -rf /' 'export FOO=1' '--flag with spaces' 'XLA_FLAGS=--x=1' '-single_dash=1' '1BAD=x'; do
+    printf '%s\n' '--xla_cpu_enable_fast_math=true' '# fine so far' "$bad" >"$PROFILE"
+    rm -f "$RECORD.env"
+    run "$REPO/_train.sh" tiny -- "_env_TUNE_PROFILE_FILE=$PROFILE"
+    [ "$status" -ne 0 ]
+    [ ! -e "$RECORD.env" ]   # training never started
+    [ "$(grep -c 'ERROR' <<<"$output")" -eq 1 ]
+    [[ $output == *"ERROR: $PROFILE:3: '$bad' is not an XLA flag"* ]]
+  done
+}
+
+@test "the file is read, never run: shell syntax in a value stays text" {
+  # shellcheck disable=SC2016  # shell syntax that must stay text
+  printf '%s\n' 'GREETING=$(touch pwned)`touch pwned2`' >"$PROFILE"
+  cd "$BATS_TEST_TMPDIR"
+  "$REPO/_train.sh" tiny -- "_env_TUNE_PROFILE_FILE=$PROFILE"
+  # shellcheck disable=SC2016
+  [ "$(env_of GREETING)" = '$(touch pwned)`touch pwned2`' ]
+  [ ! -e pwned ] && [ ! -e pwned2 ]
+}
+
+@test "a missing file is one clear error and the job does not start" {
+  run "$REPO/_train.sh" tiny -- _env_TUNE_PROFILE_FILE=profiles/nope.profile
+  [ "$status" -ne 0 ]
+  [ ! -e "$RECORD.env" ]
+  [[ $output == *"ERROR: TUNE_PROFILE_FILE=profiles/nope.profile: no readable file at $JOB_WORKSPACE/profiles/nope.profile"* ]]
+}
+
+@test "CRLF line ends and a last line without newline are read" {
+  printf -- '--xla_cpu_enable_fast_math=true\r\nNCCL_PROTO=LL128' >"$PROFILE"
+  "$REPO/_train.sh" tiny -- "_env_TUNE_PROFILE_FILE=$PROFILE"
+  [ "$(env_of XLA_FLAGS)" = "$BASE_FLAGS --xla_cpu_enable_fast_math=true" ]
+  [ "$(env_of NCCL_PROTO)" = LL128 ]
+}
+
+@test "without TUNE_PROFILE_FILE nothing changes" {
+  "$REPO/_train.sh" tiny
+  [ "$(env_of XLA_FLAGS)" = "$BASE_FLAGS" ]
+  [ -z "$(env_of TUNE_PROFILE_FILE)" ]
+}
