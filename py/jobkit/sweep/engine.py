@@ -77,6 +77,9 @@ class Engine:
     sleep: Callable[[float], None] = time.sleep
     excluded: list[str] = field(default_factory=list)
     outcomes: dict[str, Outcome] = field(default_factory=dict)
+    # Called with each outcome as it lands in this run (not for replayed ones); a driver's own stop rule
+    # raises SweepStopped from here, after the outcome is recorded.
+    on_outcome: Callable[[Point, Outcome], None] | None = None
 
     def __post_init__(self):
         self._recorded = self.sweep.done()
@@ -265,6 +268,8 @@ class Engine:
             self.echo(f"[{point.name}] {outcome.line}")
         self.outcomes[point.key] = outcome
         self.sweep.record("done", point.key, outcome=outcome.to_dict())
+        if self.on_outcome is not None:
+            self.on_outcome(point, outcome)
 
 
 def _slug(key: str) -> str:
