@@ -125,7 +125,8 @@ main() {
     JOB_WORKSPACE CONTAINER_RUNTIME RAY
   echo "[run_local] log: $log_file"
 
-  local start=$SECONDS rc=0 cancelled=0 train_pid killer_pid=""
+  local start=$SECONDS rc=0 cancelled=0 train_pid killer_pid="" oom_before
+  oom_before=$(memory_oom_kills)
   # Training runs in its own session: a terminal's Ctrl-C reaches only us, and we stop its whole group.
   setsid "$SCRIPT_DIR/_container.sh" "$MODEL_NAME" -- "${PASSTHROUGH_ARGS[@]}" &
   train_pid=$!
@@ -147,6 +148,7 @@ main() {
 
   local status
   status=$(job_status_word "$rc" "$(( cancelled ? 1 : 0 ))")
+  (( rc == 0 )) || print_oom_kill_note "$oom_before"
   print_job_summary "$JOB_ID" "$JOB_NAME" "$MODEL_NAME" "$NNODES" $((SECONDS - start)) "$rc" "$status"
   _print_tgs_line "$log_file" "$status" "$rc"
   exec >&- 2>&-

@@ -46,3 +46,21 @@ setup() { source "$REPO_DIR/utils/lib/job_log.sh"; }
   [[ ${lines[5]} == *"Status: SUCCESS (exit 0)" ]]
   [[ $output != *$'\e['* ]]
 }
+
+@test "an OOM kill in the job's memory cgroup is counted and named; none, no note" {
+  local own group
+  own=/sys/fs/cgroup/memory$(awk -F: '$2 ~ /(^|,)memory(,|$)/ { print $3 }' /proc/self/cgroup)
+  [[ $EUID -eq 0 && -w $own ]] || skip "needs root and a writable v1 memory cgroup"
+  group=$own/bats-oom-$$
+  mkdir "$group"
+  echo $((64 << 20)) > "$group/memory.limit_in_bytes"
+  # A shell in the group records the count, grows past the limit in a child (the kernel kills it), then
+  # prints the note as a job would.
+  run bash -c "echo \$\$ > '$group/tasks'; source '$REPO_DIR/utils/lib/job_log.sh'
+    before=\$(memory_oom_kills); print_oom_kill_note \"\$before\"; echo \"before=\$before\"
+    (python3 -c 'x = bytearray(256 << 20)') 2>/dev/null; echo \"child exit \$?\"; print_oom_kill_note \"\$before\"" 2>/dev/null
+  rmdir "$group"
+  [ "${lines[0]}" = "before=0" ]   # no note before anything was killed
+  [[ $output == *$'\nchild exit 137\n'* ]]
+  [[ ${lines[-1]} == "[job] oom-kill: the kernel's OOM killer ended 1 process(es) of this job"* ]]
+}

@@ -44,6 +44,33 @@ job_status_word() {
   fi
 }
 
+# memory_oom_kills -> how many processes the kernel's OOM killer has ended so far in this shell's memory
+# cgroup (v1 memory.oom_control or v2 memory.events, line "oom_kill N"); prints nothing when it cannot
+# tell. A job under a memory limit that is not Slurm's own cgroup plugin (which reports OOM kills itself:
+# task/none, a login node, a container) otherwise ends as a bare SIGKILL with no reason in its log.
+memory_oom_kills() {
+  local _h controllers path file=""
+  while IFS=: read -r _h controllers path; do
+    if [[ ,$controllers, == *,memory,* ]]; then file=/sys/fs/cgroup/memory$path/memory.oom_control; break; fi
+    if [[ -z $controllers ]]; then
+      for file in "/sys/fs/cgroup$path/memory.events" "/sys/fs/cgroup/unified$path/memory.events"; do
+        [[ -r $file ]] && break
+      done
+    fi
+  done < /proc/self/cgroup
+  [[ -n $file && -r $file ]] || return 0
+  awk '$1 == "oom_kill" { print $2; exit }' "$file" 2>/dev/null || true
+}
+
+# print_oom_kill_note BEFORE: when the OOM killer ended processes in our memory cgroup since BEFORE (an
+# earlier memory_oom_kills), one line saying so; jobkit's failure classes read it as an out-of-memory.
+print_oom_kill_note() {
+  local before=$1 after
+  after=$(memory_oom_kills)
+  [[ -n $before && -n $after ]] && (( after > before )) || return 0
+  echo "[job] oom-kill: the kernel's OOM killer ended $((after - before)) process(es) of this job (memory cgroup limit reached)"
+}
+
 # print_job_summary JOB_ID JOB_NAME MODEL NNODES WALL_SECONDS EXIT_CODE STATUS [DETAIL]
 print_job_summary() {
   local job_id=$1 name=$2 model=$3 nodes=$4 wall=$5 rc=$6 status=$7 detail=${8:-}
