@@ -1,0 +1,455 @@
+"""The agent playbooks (skills/**/*.md, AGENTS.md) only use commands and flags that exist.
+
+Agents copy the fenced shell blocks of a skill and run them, so a renamed flag or a driver that was never
+written turns into a failed job or a confused agent on a real cluster. This file reads every ```bash /
+```sh / ```shell block, splits it into simple commands the way a shell would (line continuations, pipes,
+`&&`, `||`, `;`, `$(...)`, comments, `FOO=1 cmd` assignments, `for ...; do ...; done`), and checks the
+commands that are ours against their real `--help`:
+
+1. Which commands are ours: `jobkit` (also `.venv/bin/jobkit`, `py/bin/jobkit`) and any command written as
+   a relative path into the repo (`./submit.sh`, `./run_local.sh`, `utils/<x>.sh`, `bench/<x>.sh`,
+   `tests/run.sh`). Everything else (squeue, scancel, grep, curl, `.venv/bin/python`, ...) is left alone.
+2. `jobkit`: the words after it must walk down the click groups (`jobkit sweep batch`); a word that is no
+   subcommand of a group fails. Every option (`--foo`, `--foo=v`, `-w`) before a ` -- ` must be listed in
+   the Options section of `jobkit <path> --help`.
+3. A repo script must exist and be executable; every option before ` -- ` must appear somewhere in its
+   `--help` output. If its Usage lines name subcommands (`prometheus.sh view`, `local_cluster.sh up`), the
+   first word that is not an option must be one of them.
+4. `submit.sh` passes sbatch options through: before ` -- `, an option counts if submit.sh's help names it
+   or it is in SBATCH_OPTIONS below (options sbatch documents, the ones a skill may reasonably use).
+5. After ` -- ` come MaxText `key=value` / `_env_KEY=VALUE` words: not checked.
+
+Placeholders in angle brackets (`<model>`, `<jobid>`) stand for one word; optional-syntax brackets
+(`[--serial]`) are stripped. An option value that itself starts with a dash must be attached with `=`
+(`--sbatch-arg=--time=30:00`), or it is read as an option. Each distinct `--help` runs once.
+Besides: every skill has front matter with `name` (= its directory) and a `description`, every skill
+uses at least one project command, skills/README.md links every skill, and relative links resolve.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+import shlex
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+SKILLS = REPO / "skills"
+AGENTS = REPO / "AGENTS.md"
+SHELL_LANGS = {"bash", "sh", "shell"}
+
+# sbatch options a skill may hand to submit.sh before ` -- ` (all documented by sbatch(1)).
+SBATCH_OPTIONS = {
+    "-N", "--nodes", "-w", "--nodelist", "-x", "--exclude", "-p", "--partition", "-t", "--time",
+    "--reservation", "-A", "--account", "-q", "--qos", "-J", "--job-name", "-d", "--dependency",
+    "--exclusive", "--mem", "--gres", "--gpus-per-node",
+}  # fmt: skip
+JOBKIT_NAMES = {"jobkit", ".venv/bin/jobkit", "py/bin/jobkit"}
+# Words in front of a command that leave the command itself in place.
+PREFIX_WORDS = {"sudo", "env", "time", "nohup", "exec", "command", "!", "{", "(", "then", "do", "else", "if", "while",
+                "until", "elif"}  # fmt: skip
+SKIP_SEGMENT = {"for", "case", "done", "fi", "esac", "}", ")", "function"}
+PLACEHOLDER = re.compile(r"<[A-Za-z_][^<>\s'\"]*>")
+
+
+@dataclass(frozen=True)
+class Command:
+    words: tuple[str, ...]
+    where: str  # file:line where the command starts
+
+
+# --- 1. blocks and commands -----------------------------------------------------------------------------
+
+
+def shell_blocks(text: str, name: str) -> list[tuple[str, str]]:
+    """(where, body) of every fenced block whose language is bash/sh/shell."""
+    blocks, lines, i = [], text.splitlines(), 0
+    while i < len(lines):
+        fence = re.match(r"^\s*(```+|~~~+)\s*([\w-]*)", lines[i])
+        if not fence:
+            i += 1
+            continue
+        marker, lang, start = fence.group(1), fence.group(2).lower(), i
+        i += 1
+        body = []
+        while i < len(lines) and not lines[i].strip().startswith(marker):
+            body.append(lines[i])
+            i += 1
+        i += 1
+        if lang in SHELL_LANGS:
+            blocks.append((f"{name}:{start + 1}", "\n".join(body)))
+    return blocks
+
+
+def take_substitutions(line: str) -> tuple[str, list[str]]:
+    """LINE with every $(...) replaced by one word, and the texts inside them (nested ones included)."""
+    out, inner, i = [], [], 0
+    while i < len(line):
+        if line.startswith("$(", i) and not line.startswith("$((", i):
+            depth, j, quote = 1, i + 2, None
+            while j < len(line) and depth:
+                ch = line[j]
+                if quote:
+                    quote = None if ch == quote else quote
+                elif ch in "'\"" and line[j - 1] != "\\":
+                    quote = ch
+                elif line.startswith("$(", j):
+                    depth, j = depth + 1, j + 1
+                elif ch == ")":
+                    depth -= 1
+                j += 1
+            body = line[i + 2 : j - 1]
+            rest, nested = take_substitutions(body)
+            inner += [rest, *nested]
+            out.append("SUBST")
+            i = j
+        else:
+            out.append(line[i])
+            i += 1
+    return "".join(out), inner
+
+
+def logical_lines(body: str) -> list[tuple[int, str]]:
+    """(0-based line, text) of BODY's lines, `\\` continuations and lines ending in |, &&, || joined."""
+    lines, current, first = [], "", 0
+    for number, raw in enumerate(body.splitlines()):
+        if not current:
+            first = number
+        stripped = raw.rstrip()
+        if stripped.endswith("\\") and not stripped.endswith("\\\\"):
+            current += stripped[:-1] + " "
+            continue
+        current += stripped
+        if re.search(r"(\|\||&&|\|)\s*$", current) and not current.lstrip().startswith("#"):
+            current += " "
+            continue
+        lines.append((first, current))
+        current = ""
+    if current.strip():
+        lines.append((first, current))
+    return lines
+
+
+def split_commands(body: str, where: str = "?:0") -> list[Command]:
+    """Simple commands of a shell snippet, in order; each a tuple of words (quotes removed).
+
+    WHERE is `file:line` of the block's fence; each command's own line is counted from there.
+    """
+    commands = []
+    name, fence_line = where.rsplit(":", 1)
+    for offset, line in logical_lines(body):
+        where = f"{name}:{int(fence_line) + 1 + offset}"
+        line = PLACEHOLDER.sub("PLACEHOLDER", line)
+        line, substituted = take_substitutions(line)
+        for text in [line, *substituted]:
+            lexer = shlex.shlex(text, posix=True, punctuation_chars=True)
+            lexer.whitespace_split = True
+            try:
+                tokens = list(lexer)
+            except ValueError as exc:  # unbalanced quotes: report it as a command the test will flag
+                commands.append(Command(("<unparsable>", f"{exc}: {text}"), where))
+                continue
+            segment: list[str] = []
+            redirect_target = False
+            for token in [*tokens, ";"]:
+                if re.fullmatch(r"[();|&]+", token):  # |, ||, &&, ;, &, (, ): the command ends
+                    if segment:
+                        commands.append(Command(tuple(segment), where))
+                    segment, redirect_target = [], False
+                elif re.fullmatch(r"[<>&]+", token):  # >, >>, <, >&, &>: drop it, its target, its fd number
+                    if segment and segment[-1].isdigit():
+                        segment.pop()
+                    redirect_target = True
+                elif redirect_target:
+                    redirect_target = False
+                else:
+                    segment.append(token)
+    return [c for c in (strip_prefixes(c) for c in commands) if c]
+
+
+def strip_prefixes(command: Command) -> Command | None:
+    """COMMAND without leading assignments and keywords; None when nothing runs."""
+    words = list(command.words)
+    while words and (words[0] in PREFIX_WORDS or re.match(r"^[A-Za-z_][A-Za-z0-9_]*=", words[0])):
+        words.pop(0)
+    if not words or words[0] in SKIP_SEGMENT:
+        return None
+    return Command(tuple(words), command.where)
+
+
+def documents() -> list[Path]:
+    return sorted(SKILLS.rglob("*.md")) + ([AGENTS] if AGENTS.exists() else [])
+
+
+def commands_of(path: Path) -> list[Command]:
+    name = str(path.relative_to(REPO))
+    return [c for where, body in shell_blocks(path.read_text(), name) for c in split_commands(body, where)]
+
+
+# --- 2. help texts --------------------------------------------------------------------------------------
+
+
+def jobkit_exe() -> str:
+    beside = Path(sys.executable).parent / "jobkit"
+    return str(beside if beside.exists() else REPO / ".venv" / "bin" / "jobkit")
+
+
+@functools.cache
+def run_help(argv: tuple[str, ...]) -> tuple[int, str]:
+    env = dict(os.environ, JOB_WORKSPACE=os.environ.get("JOB_WORKSPACE", str(REPO / "outputs")))
+    try:
+        result = subprocess.run(
+            [*argv, "--help"], cwd=REPO, env=env, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL
+        )
+    except OSError as exc:
+        return 127, str(exc)
+    return result.returncode, result.stdout + result.stderr
+
+
+def click_sections(text: str) -> tuple[set[str], set[str]]:
+    """(options, subcommands) from a click help page."""
+    options, commands, section = set(), set(), None
+    for line in text.splitlines():
+        if re.match(r"^\S.*:$", line):
+            section = line[:-1].strip()
+            continue
+        if section == "Options" and re.match(r"^\s{2}-", line):
+            names = re.split(r"\s{2,}", line.strip())[0]
+            options.update(re.findall(r"(?<![\w-])(--?[A-Za-z0-9][\w-]*)", names))
+        elif section == "Commands" and re.match(r"^\s{2}\S", line):
+            commands.add(line.split()[0])
+    return options, commands
+
+
+def script_subcommands(text: str, script: str) -> set[str]:
+    """Subcommand words named by the Usage lines of a script's help (`x.sh up [-N n] | down`)."""
+    base = re.escape(Path(script).name)
+    words = set()
+    in_usage = False
+    for line in text.splitlines():  # the Usage: line and the lines right below it that start with the script
+        usage = re.sub(r"^\s*Usage:\s*", "", line)
+        in_usage = usage != line or (in_usage and re.match(rf"^\s+(\S*/)?{base}\b", line) is not None)
+        if not in_usage:
+            continue
+        depth, alt, alternatives = 0, "", []
+        for ch in usage:
+            depth += ch in "[<(" and 1 or (ch in "]>)" and -1) or 0
+            if ch == "|" and depth == 0:
+                alternatives.append(alt)
+                alt = ""
+            else:
+                alt += ch
+        alternatives.append(alt)
+        for alternative in alternatives:
+            parts = alternative.split()
+            if parts and re.fullmatch(rf"(\S*/)?{base}", parts[0]):
+                parts = parts[1:]
+            if parts and re.fullmatch(r"[a-z][a-z-]*", parts[0]):
+                words.add(parts[0])
+    return words
+
+
+def option_name(word: str) -> str | None:
+    """The option a word uses (`--port=9` -> --port, `-N2` -> -N), None for a plain word or a negative number."""
+    if word.startswith("[") and len(word) > 1:
+        word = word.lstrip("[")
+    word = word.rstrip("]")
+    if word in ("-", "--") or not word.startswith("-") or re.fullmatch(r"-[\d.]+", word):
+        return None
+    return word.split("=", 1)[0] if word.startswith("--") else word[:2]
+
+
+# --- 3. the checks --------------------------------------------------------------------------------------
+
+
+def problems_of(command: Command) -> list[str]:
+    """What is wrong with COMMAND (empty when it is fine or not ours)."""
+    first, rest = command.words[0], list(command.words[1:])
+    at = f"{command.where}: `{' '.join(command.words)}`"
+    if first == "<unparsable>":
+        return [f"{command.where}: cannot parse shell line ({rest[0]})"]
+    if first in JOBKIT_NAMES:
+        return check_jobkit(rest, at)
+    if "/" in first and not first.startswith(("/", "~", "$", ".venv/")):
+        return check_script(first, rest, at)
+    return []
+
+
+def before_separator(words: list[str]) -> list[str]:
+    return words[: words.index("--")] if "--" in words else words
+
+
+def check_jobkit(words: list[str], at: str) -> list[str]:
+    path: list[str] = []
+    words = before_separator(words)
+    index = 0
+    while True:
+        rc, text = run_help((jobkit_exe(), *path))
+        if rc != 0:
+            return [f"{at}: `jobkit {' '.join(path)} --help` failed (exit {rc}): {text.strip()[-200:]}"]
+        options, subcommands = click_sections(text)
+        if not subcommands:
+            break
+        nxt = next((w for w in words[index:] if not w.startswith("-")), None)
+        if nxt is None:
+            break
+        if nxt not in subcommands:
+            if nxt in ("PLACEHOLDER", "SUBST", "..."):
+                break
+            return [
+                f"{at}: `jobkit {' '.join(path)}` has no subcommand {nxt!r} (it has: {', '.join(sorted(subcommands))})"
+            ]
+        index = words.index(nxt, index) + 1
+        path.append(nxt)
+    bad = [opt for w in words[index:] if (opt := option_name(w)) and opt not in options]
+    return [f"{at}: `jobkit {' '.join(path)}` has no option {opt}" for opt in bad]
+
+
+def check_script(script: str, words: list[str], at: str) -> list[str]:
+    target = REPO / script.removeprefix("./")
+    if not target.is_file():
+        return [f"{at}: {script} does not exist in the repo"]
+    if not os.access(target, os.X_OK):
+        return [f"{at}: {script} is not executable"]
+    rc, text = run_help((str(target),))
+    if rc != 0:
+        return [f"{at}: `{script} --help` failed (exit {rc})"]
+    known = set(re.findall(r"(?<![\w-])(--?[A-Za-z0-9][\w-]*)", text))
+    if target.name == "submit.sh":
+        known |= SBATCH_OPTIONS
+    checked = before_separator(words)
+    problems = [f"{at}: {script} has no option {opt}" for w in checked if (opt := option_name(w)) and opt not in known]
+    subcommands = script_subcommands(text, script)
+    positional = next((w for w in checked if not w.startswith("-")), None)
+    if subcommands and positional is not None and positional not in subcommands | {"PLACEHOLDER", "SUBST"}:
+        problems.append(f"{at}: {script} has no subcommand {positional!r} (it has: {', '.join(sorted(subcommands))})")
+    return problems
+
+
+def problems_in(text: str, name: str = "snippet.md") -> list[str]:
+    return [p for where, body in shell_blocks(text, name) for c in split_commands(body, where) for p in problems_of(c)]
+
+
+# --- 4. tests -------------------------------------------------------------------------------------------
+
+
+def skill_files() -> list[Path]:
+    return sorted(SKILLS.glob("*/SKILL.md"))
+
+
+def test_there_are_skills_and_an_agents_file():
+    names = {p.parent.name for p in skill_files()}
+    expected = {"batch-sweep", "xla-tuning", "node-health", "model-regression", "tsdb-diagnosis",
+                "model-config-guide", "run-and-triage"}  # fmt: skip
+    assert expected <= names, f"missing skills: {sorted(expected - names)}"
+    assert AGENTS.is_file(), "AGENTS.md at the repo root is missing"
+    assert "skills/" in AGENTS.read_text(), "AGENTS.md must point agents to skills/"
+
+
+@pytest.mark.parametrize("doc", documents(), ids=lambda p: str(p.relative_to(REPO)))
+def test_every_project_command_and_flag_exists(doc):
+    problems = [p for c in commands_of(doc) for p in problems_of(c)]
+    assert not problems, "\n".join(problems)
+
+
+@pytest.mark.parametrize("skill", skill_files(), ids=lambda p: p.parent.name)
+def test_skill_front_matter_and_commands(skill):
+    text = skill.read_text()
+    match = re.match(r"^---\n(.*?)\n---\n", text, re.S)
+    assert match, f"{skill}: no YAML front matter (--- name/description ---) at the top"
+    meta = yaml.safe_load(match.group(1))
+    assert isinstance(meta, dict), f"{skill}: front matter is not a mapping"
+    assert meta.get("name") == skill.parent.name, f"{skill}: name {meta.get('name')!r} != directory name"
+    description = meta.get("description")
+    assert isinstance(description, str) and len(description) >= 60, f"{skill}: description says too little"
+    assert "use" in description.lower(), f"{skill}: the description should say when to use the skill"
+    ours = [c for c in commands_of(skill) if c.words[0] in JOBKIT_NAMES or "/" in c.words[0]]
+    assert ours, f"{skill}: no project command in a ```bash block"
+
+
+def test_index_lists_every_skill():
+    index = (SKILLS / "README.md").read_text()
+    linked = set(re.findall(r"\]\(\.?/?([\w-]+)/SKILL\.md\)", index))
+    names = {p.parent.name for p in skill_files()}
+    assert names <= linked, f"skills/README.md does not link {sorted(names - linked)}"
+    assert linked <= names, f"skills/README.md links skills that do not exist: {sorted(linked - names)}"
+
+
+@pytest.mark.parametrize("doc", documents(), ids=lambda p: str(p.relative_to(REPO)))
+def test_relative_links_resolve(doc):
+    broken = []
+    for target in re.findall(r"\]\(([^)\s]+)\)", doc.read_text()):
+        if re.match(r"^[a-z]+:", target) or target.startswith("#"):
+            continue
+        if not (doc.parent / target.split("#")[0]).exists():
+            broken.append(target)
+    assert not broken, f"{doc}: broken links {broken}"
+
+
+# --- 5. the checker itself ------------------------------------------------------------------------------
+
+SELF_TEST = """
+Some prose.
+
+```bash
+# a comment with jobkit sweep --not-checked
+FOO=1 jobkit sweep nodes <model> -w node[1-4] --serial --no-such-flag -- steps=5 --maxtext-ok=1
+jobkit sweep frobnicate tiny
+./submit.sh tiny -N 2 -w node1,node2 --bogus-sbatch -- --after-separator=1
+utils/nope.sh --help
+utils/prometheus.sh vieww <job>
+jobkit tgs --json $(ls outputs/*.log | head -1) && jobkit why --no-why x.log | tail -1
+```
+
+```text
+jobkit sweep batch --not-shell-so-unchecked
+```
+"""
+
+
+def test_checker_reports_made_up_commands_and_flags():
+    problems = "\n".join(problems_in(SELF_TEST))
+    for expected in ("no option --no-such-flag", "no subcommand 'frobnicate'", "no option --bogus-sbatch",
+                     "utils/nope.sh does not exist", "no subcommand 'vieww'", "no option --no-why"):  # fmt: skip
+        assert expected in problems, f"expected {expected!r} in:\n{problems}"
+    for not_expected in ("--maxtext-ok", "--after-separator", "--not-checked", "--not-shell", "--serial", "--json"):
+        assert f"no option {not_expected}" not in problems, f"{not_expected!r} should not be flagged:\n{problems}"
+
+
+def test_checker_accepts_real_commands():
+    good = """```sh
+jobkit sweep nodes tiny -w node[1-2] --serial --sbatch-arg=--time=30:00 -- _env_X=1
+./submit.sh tiny:tag -N 2 --time=10:00 -w node[1-2] -p local -- steps=15
+utils/prometheus.sh view <job> -p 9191
+eval "$(utils/local_cluster.sh env)"
+```"""
+    assert problems_in(good) == []
+
+
+def test_shell_splitting():
+    body = """\
+# comment line
+A=1 B=2 jobkit tgs --json \\
+    x.log | python3 -c 'import json' && echo "ok; not split" ; scancel <jobid>
+for n in a b; do ./submit.sh tiny -w "$n" 2>&1 >/dev/null; done
+eval "$(utils/local_cluster.sh env)"
+sudo utils/local_cluster.sh up -N 2
+"""
+    words = [c.words for c in split_commands(body)]
+    assert words == [
+        ("jobkit", "tgs", "--json", "x.log"),
+        ("python3", "-c", "import json"),
+        ("echo", "ok; not split"),
+        ("scancel", "PLACEHOLDER"),
+        ("./submit.sh", "tiny", "-w", "$n"),
+        ("eval", "SUBST"),
+        ("utils/local_cluster.sh", "env"),
+        ("utils/local_cluster.sh", "up", "-N", "2"),
+    ], words
