@@ -6,7 +6,7 @@ import re
 from pathlib import Path
 
 import pytest
-from sweep_fakes import FIXTURES, FakeJob, failing, invoke, passing
+from sweep_fakes import FIXTURES, FakeJob, failing, invoke, oom, passing
 
 from jobkit.sweep import xla
 
@@ -219,6 +219,22 @@ def test_an_unknown_flag_is_classified_and_not_retried(monkeypatch, tmp_path):
     assert result.exit_code == 0, result.output
     assert rows(result.output)["bad"][4] == "FAIL (unknown-xla-flag)"
     assert [k for k in runner.keys if k.startswith("bad")] == ["bad#1", "bad#2"]
+
+
+@pytest.mark.skipif(not (FIXTURES / "tiny-oom.log").exists(), reason="no recorded out-of-memory log")
+def test_an_oom_profile_is_listed_and_not_retried(monkeypatch, tmp_path):
+    cat = write(tmp_path)
+
+    def script(point, nodes, attempt):
+        return oom() if point.key.startswith("good") else by_profile(TGS)(point, nodes, attempt)
+
+    result, runner = invoke(
+        monkeypatch, tmp_path, ["xla", "--id", "o", "tiny", "-w", "n1", "--catalog", str(cat)], script
+    )
+    assert result.exit_code == 0, result.output
+    assert rows(result.output)["good"][4] == "FAIL (oom)"
+    assert [k for k in runner.keys if k.startswith("good")] == ["good#1", "good#2"]
+    assert "Winner: none." in result.output
 
 
 def test_baseline_failing_everywhere_stops_the_sweep(monkeypatch, tmp_path):
