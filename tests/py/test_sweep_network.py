@@ -203,3 +203,24 @@ def test_an_unfinished_node_sweep_is_refused(monkeypatch, tmp_path):
     invoke(monkeypatch, tmp_path, ["nodes", "--serial", "--id", "ns", "tiny", "-w", "n1,n2"], refuse)
     result, runner = network(monkeypatch, tmp_path, "n1,n2", cluster(), "--from-sweep", "ns")
     assert result.exit_code == 1 and "is stopped, not finished" in result.output and runner.submitted == []
+
+
+def test_a_node_a_little_slow_alone_does_not_explain_a_much_slower_pair(monkeypatch, tmp_path):
+    alone = {"n1": 1000.0, "n2": 1000.0, "n3": 1000.0, "n4": 900.0}  # n4: 10 % slow by itself
+    invoke(
+        monkeypatch, tmp_path, ["nodes", "--id", "ns", "tiny", "-w", "n[1-4]"], lambda p, n, a: passing(alone[p.key])
+    )
+    result, runner = network(monkeypatch, tmp_path, "n[1-4]", cluster(bad_nodes=["n4"]), "--from-sweep", "ns")
+    assert result.exit_code == 0, result.output
+    # groups with n4 are 12 % slow: n4's own 10 % (within the 5 % tolerance of it) explains that...
+    assert runner.keys == ["all", "g:n1,n2", "g:n3,n4"]
+    assert "Conclusion: n4: it is slow on its own too" in result.output
+
+    def much_slower(point, nodes, attempt):
+        return passing(400.0 if "n3" in nodes else GOOD)
+
+    result, runner = network(monkeypatch, tmp_path, "n[1-4]", much_slower, "--from-sweep", "ns", sweep_id="net2")
+    assert result.exit_code == 0, result.output
+    # ...a pair 60 % slow (n3's link) it does not: the checks with healthy partners run and blame n3's network
+    assert runner.keys[-2:] == ["g:n1,n3", "g:n2,n4"]
+    assert "Conclusion: n3's network (or its link to n4)" in result.output

@@ -268,7 +268,10 @@ class Search:
         """PAIR ran bad. Say which node, or that it is their link, as far as the evidence goes."""
         x, y = pair
         words = self.expect.node_words
-        slow_alone = [n for n in pair if words.get(n, (None, ""))[1] in ("DEGRADED", "UNHEALTHY")]
+        # 1. the node sweep: a node slow on its own explains the pair only as far as its own shortfall goes
+        #    (8 % slow alone does not make a pair 60 % slow; that is the network too)
+        ran = self._by_key.get(self.key(pair))
+        slow_alone = [n for n in pair if self._explains(words.get(n, (None, "")), ran)]
         if len(slow_alone) == 2:
             return Finding(
                 "node",
@@ -286,7 +289,7 @@ class Search:
                 "so the node itself, not the network, is the problem",
                 (node,),
             )
-        # 1. each of the two with a partner known to be fine (a different partner each, so both run at once)
+        # 2. each of the two with a partner known to be fine (a different partner each, so both run at once)
         partners = [n for n in self.all_nodes if n not in pair and self._network_ok(n)]
         if partners:
             px = partners[0]
@@ -318,6 +321,15 @@ class Search:
             "them apart: rerun on more nodes, or leave both out",
             pair,
         )
+
+    def _explains(self, alone: tuple[float | None, str], pair: Tested | None) -> bool:
+        """Does a node's own node-sweep result (ALONE: percent, word) account for how PAIR ran?"""
+        delta, word = alone
+        if word == "UNHEALTHY":
+            return True  # it fails on its own
+        if word != "DEGRADED" or delta is None or pair is None or pair.delta is None:
+            return False
+        return pair.delta >= delta - self.tolerance
 
     def _network_ok(self, node: str) -> bool:
         return any(t.word == HEALTHY and len(t.group) > 1 and node in t.group for t in self.tested)
