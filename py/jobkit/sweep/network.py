@@ -9,8 +9,9 @@ only jobs that span nodes can. The search:
        both halves bad  -> several problems, or something they share (a switch): report, stop
      A single node has no links to test, so a half of one node is never run.
   3. At a pair, name the suspect. The node sweep's 1-node TGS (--from-sweep) tells a slow node from a
-     network problem; a job pairing each of the two with a node known to be fine tells which one's
-     network it is, or that only their mutual link is bad.
+     network problem, when the node's own shortfall accounts for the pair's; otherwise a job pairing
+     each of the two with a node known to be fine tells which one's network it is, or that only their
+     mutual link is bad.
 A group is known healthy, without a job, when a healthy group that was run contains it (its links were
 all exercised). Failed and hung jobs count as bad: a broken link shows as collective errors or hangs as
 often as it shows as slowness. An out-of-memory or configuration failure is no network symptom: the
