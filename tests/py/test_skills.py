@@ -56,7 +56,8 @@ JOBKIT_NAMES = {"jobkit", ".venv/bin/jobkit", "py/bin/jobkit"}
 PREFIX_WORDS = {"sudo", "env", "time", "nohup", "exec", "command", "!", "{", "(", "then", "do", "else", "if", "while",
                 "until", "elif"}  # fmt: skip
 SKIP_SEGMENT = {"for", "case", "done", "fi", "esac", "}", ")", "function"}
-PLACEHOLDER = re.compile(r"<[A-Za-z_][^<>\s'\"]*>")
+# <model>, <jobid>, <sweep id>, <data range end, e.g. 18:00:28>: one word each (not a redirection).
+PLACEHOLDER = re.compile(r"<[A-Za-z_][^<>\n'\"|;&]*>")
 
 
 @dataclass(frozen=True)
@@ -402,6 +403,7 @@ Some prose.
 # a comment with jobkit sweep --not-checked
 FOO=1 jobkit sweep nodes <model> -w node[1-4] --serial --no-such-flag -- steps=5 --maxtext-ok=1
 jobkit sweep frobnicate tiny
+jobkit sweep nodes <model> --id <sweep id> -w <two words> --bogus-after-placeholder
 ./submit.sh tiny -N 2 -w node1,node2 --bogus-sbatch -- --after-separator=1
 utils/nope.sh --help
 utils/prometheus.sh vieww <job>
@@ -417,7 +419,8 @@ jobkit sweep batch --not-shell-so-unchecked
 def test_checker_reports_made_up_commands_and_flags():
     problems = "\n".join(problems_in(SELF_TEST))
     for expected in ("no option --no-such-flag", "no subcommand 'frobnicate'", "no option --bogus-sbatch",
-                     "utils/nope.sh does not exist", "no subcommand 'vieww'", "no option --no-why"):  # fmt: skip
+                     "utils/nope.sh does not exist", "no subcommand 'vieww'", "no option --no-why",
+                     "no option --bogus-after-placeholder"):  # fmt: skip
         assert expected in problems, f"expected {expected!r} in:\n{problems}"
     for not_expected in ("--maxtext-ok", "--after-separator", "--not-checked", "--not-shell", "--serial", "--json"):
         assert f"no option {not_expected}" not in problems, f"{not_expected!r} should not be flagged:\n{problems}"
