@@ -116,6 +116,7 @@ def test_one_commit_runs_from_this_checkout_on_the_placed_nodes(monkeypatch, tmp
     assert rows[("tiny", "1N")] == ["tiny", "1N", "1001", "1,000", "—", "PASS"]
     assert rows[("tiny", "2N")] == ["tiny", "2N", "1002", "2,000", "—", "PASS"]
     assert "2 of 2 jobs passed." in result.output
+    assert "## Model sweep: this checkout (HEAD " in result.output
 
 
 def test_two_commits_side_by_side_from_their_own_worktrees(monkeypatch, tmp_path, repo):

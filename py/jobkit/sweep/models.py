@@ -314,7 +314,14 @@ def _cell(outcome: Outcome | None, absent: bool) -> tuple[str, str]:
     return outcome.job_id or "—", common.fmt_tgs(outcome.tgs) if outcome.passed else common.fmt_status(outcome)
 
 
-def report_one(entries: list[Entry], outcomes: dict[str, Outcome], notes: list[str]) -> str:
+def checkout_title(repo: Path) -> str:
+    """This checkout as the one-commit report names it: its HEAD, and whether tracked files differ from it."""
+    head = _git(repo, "rev-parse", "--short=10", "HEAD").stdout.strip() or "no commit"
+    dirty = _git(repo, "status", "--porcelain", "--untracked-files=no").stdout.strip()
+    return f"this checkout (HEAD {head}{', with uncommitted changes' if dirty else ''})"
+
+
+def report_one(entries: list[Entry], outcomes: dict[str, Outcome], title: str, notes: list[str]) -> str:
     rows, failed = [], []
     for entry in entries:
         outcome = outcomes.get(key(None, entry))
@@ -335,7 +342,7 @@ def report_one(entries: list[Entry], outcomes: dict[str, Outcome], notes: list[s
             failed.append(f"{entry.model} {entry.nodes}N ({common.fmt_status(outcome)})")
     ran = sum(1 for e in entries if key(None, e) in outcomes)
     lines = [
-        "## Model sweep: this checkout\n",
+        f"## Model sweep: {title}\n",
         common.table(["Model", "Nodes", "Job", "TGS/device", "MFU", "Status"], rows),
         f"{ran - len(failed)} of {len(entries)} jobs passed." + (f" Failed: {'; '.join(failed)}." if failed else ""),
         *notes,
@@ -457,7 +464,7 @@ def command(commits, nodelist, table_file, only, steps, extra, **params):
             engine.run(todo)
             if sides:
                 return report_two(entries, sides, engine.outcomes, absent, notes)
-            return report_one(entries, engine.outcomes, notes)
+            return report_one(entries, engine.outcomes, checkout_title(repo), notes)
         finally:
             # 3. no job may still run from a tree about to go (a local job runs in it)
             engine.cancel_all()
