@@ -385,8 +385,9 @@ def run_waves(engine, plan: Plan, profiles: list[Profile], wave_size: int) -> tu
     for number, wave in enumerate(waves, 1):
         outcomes += engine.run(plan.profile_points(wave))
         ranking = Ranking.of(outcomes)
-        best = max(ranking.profiles, key=lambda r: ranking.delta(r.name) or -1e9, default=None)
-        shown = f"{best.name} {common.fmt_pct(ranking.delta(best.name), True)}" if best else "—"
+        measured = [r for r in ranking.profiles if ranking.delta(r.name) is not None]
+        best = max(measured, key=lambda r: ranking.delta(r.name), default=None)
+        shown = f"{best.name} {common.fmt_pct(ranking.delta(best.name), True)}" if best else "none passed"
         echo(f"[xla] wave {number}/{len(waves)} done: best so far {shown}")
         won = early_win(ranking)
         if won and number < len(waves):
