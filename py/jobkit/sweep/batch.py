@@ -106,12 +106,10 @@ def param_for(name: str, start: str | None, values: list[str] | None) -> Param:
     samples = [start] if start is not None else list(values or [])
     if not samples:
         raise SweepError(f"--param {name} has no memory model here: give --start V to probe it or --values A,B,C")
-    numbers = [s.strip().lstrip("-").replace(".", "", 1).isdigit() for s in samples]
-    if all(numbers):
-        return Param(
-            name, "int" if all("." not in s for s in samples) else "float", 1 if "." not in samples[0] else 0.01
-        )
-    return Param(name, "choice")
+    if not all(s.strip().replace(".", "", 1).isdigit() for s in samples):
+        return Param(name, "choice")
+    whole = all("." not in s for s in samples)
+    return Param(name, "int", 1) if whole else Param(name, "float", 0.01)
 
 
 def nice_floor(value: float, param: Param) -> float | int:
