@@ -389,3 +389,22 @@ def test_between_never_lands_on_a_bound_from_an_off_grid_start():
         for high in range(low + 1, low + 400, 13):
             value = batch.between(low, high, seq)
             assert value is None or low < value < high
+
+
+def test_max_target_length_probes_on_a_grid_of_128_from_its_own_estimate(monkeypatch, tmp_path):
+    args = ["batch", "--id", "b1", "--local", "tiny", "--param", "max_target_length", "--device-memory", "0.005"]
+    result, runner = invoke(monkeypatch, tmp_path, args, curve(lambda s: s / 10, oom_from=1408))
+    assert result.exit_code == 0, result.output
+    per_token = 2 * 64 * 2 * 12  # per_device_batch_size 2 x emb x layers x 12 B
+    estimated = (0.005 * 2**30 - TINY_PARAMS * 4) / per_token
+    assert 1024 <= estimated * 0.75 < 1536  # round number below it: 8 x 128
+    assert tried(runner) == ["1024", "1536", "1280", "1408"]
+    assert "converged: max_target_length=1280 runs, 1408 does not" in result.output
+    assert "(per_device_batch_size=2)" in result.output
+
+
+def test_an_unknown_numeric_parameter_needs_a_start_and_keeps_its_type(monkeypatch, tmp_path):
+    args = ["batch", "--id", "b1", "tiny", "-w", "n1", "--param", "num_vocab_tiling", "--start", "2", "--max-runs", "2"]
+    result, runner = invoke(monkeypatch, tmp_path, args, curve(lambda v: 100.0 * v))
+    assert result.exit_code == 0, result.output
+    assert tried(runner) == ["2", "3"]
