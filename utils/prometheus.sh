@@ -61,7 +61,7 @@ prometheus_view() {
   exec "$(proc_jobkit "$(dirname "$_PROMETHEUS_SH_DIR")")" tsdb view "$tsdb" --port "$port" --data-range "$range"
 }
 
-_prom_usage() { sed -n '2,/^$/{s/^# \{0,1\}//;p}' "${BASH_SOURCE[0]}"; }
+_prom_usage() { sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "${BASH_SOURCE[0]}"; }
 
 prometheus_main() {
   local cmd=${1:-}
