@@ -7,8 +7,9 @@
 # Then runs, from the clone, `jobkit sweep models --local --only tiny --commits <HEAD> <slowed>`: each
 # commit in a git worktree of its own, tiny at 1 node from each (--local runs 1-node entries only), and
 # prints the sweep's side-by-side table; it should flag tiny 1N as a REGRESSION. This checkout is only
-# read (the clone is made from its HEAD and shares its venv). Run it on a quiet machine: the two jobs
-# take about a minute. Not part of CI.
+# read (the clone is made from its HEAD and shares its venv). The two jobs take about a minute; it refuses
+# to start while other training runs here (it would skew the TGS, and a local Slurm job's preflight
+# stops `run_local.sh` training it does not know). Not part of CI.
 set -euo pipefail
 [[ -n ${_DEBUG:-} ]] && set -x
 
@@ -17,6 +18,11 @@ case ${1:-} in -h|--help) sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' 
 LAYERS=${1:-8}
 if [[ ! $LAYERS =~ ^[0-9]+$ ]] || ((LAYERS < 3)); then
   echo "sweep_models.sh: LAYERS must be a number >= 3 (tiny has 2), got '$LAYERS'" >&2
+  exit 2
+fi
+
+if others=$(pgrep -f 'jobkit launch' | tr '\n' ' ') && [[ -n $others ]]; then
+  echo "sweep_models.sh: training already runs on this machine (PIDs $others); rerun when it is quiet" >&2
   exit 2
 fi
 

@@ -8,18 +8,20 @@
 #   2. one unthrottled all-node job (a network sweep that passes at once) measures what 4 healthy nodes
 #      together make: the expected TGS. A 1-node job is no yardstick here: 4 processes on one machine run
 #      far slower per device than one.
-#   3. node NODE's link (default 3) is rate-limited to RATE (default 1mbit) in both directions with tc tbf
-#      (the host's veth mxlc-vnNODE and eth0 inside its namespace);
-#   4. `jobkit sweep network tiny --baseline <2.> --from-sweep <1.> --tolerance TOLERANCE` (default 25:
+#   3. node NODE's link (default 3) is rate-limited to RATE (default 20mbit: a 2-node tiny job loses
+#      75-80 % of its TGS with one direction limited) in both directions with tc tbf (the host's veth
+#      mxlc-vnNODE and eth0 inside its namespace);
+#   4. `jobkit sweep network tiny --baseline <2.> --from-sweep <1.> --tolerance TOLERANCE` (default 30:
 #      jobs sharing two cores are noisy, the throttle is not subtle) bisects to it;
 # then prints the tables, removes the qdiscs, and stops the cluster if it started it. Needs root. Takes
-# about 10 minutes; run it on a quiet machine. Not part of CI.
+# about 10 minutes. Refuses to start while any other training runs on this machine: it would skew every
+# timing, and a Slurm job's preflight stops `run_local.sh` training it does not know. Not part of CI.
 set -euo pipefail
 [[ -n ${_DEBUG:-} ]] && set -x
 
 REPO_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 case ${1:-} in -h|--help) sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "${BASH_SOURCE[0]}"; exit 0 ;; esac
-NODE=${1:-3} RATE=${2:-1mbit} TOLERANCE=${3:-25}
+NODE=${1:-3} RATE=${2:-20mbit} TOLERANCE=${3:-30}
 _die() { echo "sweep_network.sh: $*" >&2; exit 2; }
 [[ $NODE =~ ^[1-4]$ ]] || _die "NODE must be 1..4 (one of the 4 nodes), got '$NODE'"
 [[ $RATE =~ ^[0-9]+(kbit|mbit)$ ]] || _die "RATE must be a tc rate like 1mbit or 500kbit, got '$RATE'"
@@ -27,6 +29,9 @@ if [[ ! $TOLERANCE =~ ^[0-9]+$ ]] || ((TOLERANCE < 1 || TOLERANCE > 99)); then
   _die "TOLERANCE must be 1..99 (percent), got '$TOLERANCE'"
 fi
 ((EUID == 0)) || _die "needs root (network namespaces, tc)"
+if others=$(pgrep -f 'jobkit launch' | tr '\n' ' ') && [[ -n $others ]]; then
+  _die "training already runs on this machine (PIDs $others); rerun when it is quiet"
+fi
 
 "$REPO_DIR/utils/setup_env.sh"
 CLUSTER=$REPO_DIR/utils/local_cluster.sh

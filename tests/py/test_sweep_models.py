@@ -235,3 +235,10 @@ def test_a_commit_with_the_same_pins_shares_the_current_venv(monkeypatch):
     if any(git(REPO_ROOT, "status", "--porcelain", "--", p) for p in models.VENV_INPUTS):
         pytest.skip("this checkout has uncommitted pin changes")
     assert models.shared_venv(REPO_ROOT, [side]) == str(REPO_ROOT / ".venv")
+
+
+def test_a_commit_given_as_a_sha_is_shown_by_its_short_sha():
+    sha = "0123456789abcdef0123456789abcdef01234567"
+    assert models.Side("base", sha, sha).title == "0123456789"
+    assert models.Side("base", "0123456", sha).shown == "0123456789"
+    assert models.Side("cand", "main", sha).title == "main (0123456789)"

@@ -158,8 +158,13 @@ class Side:
         return self.sha[:10]
 
     @property
+    def shown(self) -> str:
+        """The name as given, or the short sha when that name was a sha itself."""
+        return self.short if self.sha.startswith(self.name.lower()) else self.name
+
+    @property
     def title(self) -> str:
-        return f"{self.name} ({self.short})" if self.name != self.short else self.short
+        return f"{self.shown} ({self.short})" if self.shown != self.short else self.short
 
 
 def _git(repo: Path, *args: str) -> subprocess.CompletedProcess:
@@ -269,7 +274,7 @@ def points(
         for side in sides or [None]:
             if key(side, entry) in absent:
                 continue
-            label = f"{entry.model} {entry.nodes}N" + (f" @{side.name}" if side else "")
+            label = f"{entry.model} {entry.nodes}N" + (f" @{side.shown}" if side else "")
             todo.append(
                 Point(
                     key(side, entry),
@@ -361,7 +366,7 @@ def report_two(
         got = [outcomes.get(key(s, entry)) for s in sides]
         delta, word = compare(*got)
         if any(missing):
-            word = f"absent in {', '.join(s.name for s, m in zip(sides, missing, strict=True) if m)}"
+            word = f"absent in {', '.join(s.shown for s, m in zip(sides, missing, strict=True) if m)}"
         for flag, names in flagged.items():
             if word.startswith(flag):
                 names.append(f"{entry.model} {entry.nodes}N")
