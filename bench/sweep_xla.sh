@@ -7,6 +7,8 @@
 # (tiny-tuning.md) is. The catalog's llvm_o0 profile is harmful on purpose: the run proves the ranking
 # when it lands below baseline-deployed as a loss outside the noise band. About 40 s per job on two cores
 # (2 x (2 baselines + 8 profiles) jobs by default); give PROFILES=a,b to run a subset.
+# Without EXTRA every job runs per_device_batch_size=32: at tiny's own batch (2) a step is mostly dispatch
+# overhead and flags that change the generated kernels barely show.
 # Environment: PROFILES (catalog subset), BENCH_WORKSPACE (keep state there; default a new temp dir, kept).
 # Not part of CI.
 set -euo pipefail
@@ -19,6 +21,7 @@ if [[ -n ${1:-} && $1 != -- ]]; then REPEATS=$1; shift; fi
 [[ $REPEATS =~ ^[1-9][0-9]*$ ]] || { echo "sweep_xla.sh: REPEATS must be a positive number, got '$REPEATS'" >&2; exit 2; }
 [[ ${1:-} == -- ]] && shift
 EXTRA=("$@")
+((${#EXTRA[@]})) || EXTRA=(per_device_batch_size=32)
 
 "$REPO_DIR/utils/setup_env.sh"
 WORK=${BENCH_WORKSPACE:-$(mktemp -d /tmp/sweep_xla.XXXXXX)}
