@@ -72,6 +72,9 @@ keep_reason() {
   local job=$1
   if [[ -z $job ]]; then echo "carries no job id"; return; fi
   if [[ $job == "$_JOB" ]]; then echo "belongs to this job"; return; fi
+  # run_local.sh ids: Slurm never knew these jobs, so its answer says nothing about them; on a shared
+  # host (or a one-machine cluster) they are someone's live runs, stopped by their own run_local.sh.
+  if [[ $job == local_* ]]; then echo "belongs to run_local.sh job $job, which Slurm cannot vouch for"; return; fi
   case $(job_state "$job") in
     alive) echo "belongs to job $job, which Slurm still runs" ;;
     unknown) echo "belongs to job $job, and Slurm could not be asked whether it still runs" ;;

@@ -412,16 +412,20 @@ esac'
   grep -q "PID $stale (job old-job) ignored SIGTERM for 1s: killed with SIGKILL" "$BATS_TEST_TMPDIR/out"
 }
 
-@test "preflight: processes of a job Slurm still runs (or cannot vouch for) are left alone; a finished one's go" {
+@test "preflight: processes of a job Slurm still runs (or cannot vouch for, or run_local.sh's) are left alone; a finished one's go" {
   preflight_stubs
   in_pidns '
     fake_training 4242 running; running=$FAKE_PID
     fake_training 4343 unreachable; unknown=$FAKE_PID
     fake_training 4141 finished; finished=$FAKE_PID
+    fake_training local_20261123_101010_abcd by-hand; by_hand=$FAKE_PID
     JOB_ID=5000 PREFLIGHT_KILL_WAIT=5 "$REPO_DIR/utils/preflight.sh" >"$T/out" 2>&1
-    echo "$(state_of $running) $(state_of $unknown) $(state_of $finished)" >"$T/states"'
+    echo "$(state_of $running) $(state_of $unknown) $(state_of $finished) $(state_of $by_hand)" >"$T/states"
+    kill "$by_hand"'
   cat "$BATS_TEST_TMPDIR/out"
-  [ "$(cat "$BATS_TEST_TMPDIR/states")" = "alive alive gone" ]
+  [ "$(cat "$BATS_TEST_TMPDIR/states")" = "alive alive gone alive" ]
+  # a run_local.sh job on the same host is someone'"'"'s live run: Slurm knowing nothing of it proves nothing
+  grep -q "belongs to run_local.sh job local_20261123_101010_abcd, which Slurm cannot vouch for: left alone" "$BATS_TEST_TMPDIR/out"
   grep -q "belongs to job 4242, which Slurm still runs: left alone" "$BATS_TEST_TMPDIR/out"
   grep -q "belongs to job 4343, and Slurm could not be asked whether it still runs: left alone" "$BATS_TEST_TMPDIR/out"
   grep -q "stale training process PID [0-9]* of job 4141" "$BATS_TEST_TMPDIR/out"
