@@ -123,3 +123,29 @@ def test_an_interrupted_sweep_cancels_its_job_and_resume_reruns_only_what_did_no
     resubmitted = [e["key"] for e in new if e["event"] == "submitted"]
     assert resubmitted == ["node2"], new
     assert json.loads((ws / "sweeps" / "int-e2e" / "plan.json").read_text())["state"] == "finished"
+
+
+@pytest.mark.skipif(not node_faults.available("memory"), reason="no writable v1 memory cgroup to limit a node with")
+def test_batch_sweep_meets_a_real_oom_and_settles_below_it(sweep_env):
+    # node2's jobs share 600 MiB: tiny at per_device_batch_size=256 needs ~650 (the kernel kills it), 128 fits
+    with node_faults.memory_limit("node2", 600 << 20):
+        result = sweep(
+            sweep_env, "batch", "--id", "batch-e2e", "--poll", "2", "--start", "256", "tiny", "-N", "1", "-w", "node2"
+        )
+    assert result.returncode == 0, result.stdout + result.stderr
+    events = [
+        json.loads(x)
+        for x in Path(sweep_env["JOB_WORKSPACE"], "sweeps", "batch-e2e", "points.jsonl").read_text().splitlines()
+    ]
+    submitted = [e["key"] for e in events if e["event"] == "submitted"]
+    done = {e["key"]: e["outcome"] for e in events if e["event"] == "done"}
+    oom = done["per_device_batch_size=256"]
+    assert (oom["status"], oom["reason"]) == ("FAIL", "oom"), oom
+    assert "oom-kill" in oom["detail"]  # the job log names the kernel's OOM kill
+    assert submitted.count("per_device_batch_size=256") == 1  # an OOM is never retried
+    assert len(submitted) <= 4, submitted
+    passing = {k: o["tgs"] for k, o in done.items() if o["status"] == "PASS"}
+    assert passing, result.stdout
+    best = max(passing, key=passing.get)
+    optimal_row = next(line for line in result.stdout.splitlines() if "← optimal" in line)
+    assert optimal_row.split("|")[1].strip() == best.split("=")[1]

@@ -8,7 +8,8 @@ The seed's upper-bound probe, not a binary search:
   3. An out-of-memory (or a hang: while compiling it is a silent OOM; elsewhere the engine already
      retried it) makes that value an upper bound; the next probe is the midpoint between the best value
      that ran and the lowest that did not.
-  4. Stop when the interval cannot be split any more, when a higher value runs no faster (at most +1 %:
+  4. Stop when the interval cannot be split any more (for integers: when the failing value is within
+     25 % of the passing one), when a higher value runs no faster (at most +1 %:
      past the sweet spot), when a failure is not about memory, or after --max-runs probes.
 The optimum is the value with the highest steady TGS, not the largest that fits. A value is never run
 twice (the engine never retries an OOM either). `--values` runs exactly the given values instead, and a
@@ -44,6 +45,9 @@ from jobkit.sweep.state import SweepError
 CONFIGS_DIR = REPO_ROOT / "configs"
 FLAT = 1.01  # a higher value must beat the one below it by more than 1 % to count as faster
 GROWTH = 1.5  # the ceiling probe, relative to the best value so far
+# Narrowing stops once the lowest failing value is within 25 % of the highest passing one: from a 2x
+# bracket that is two midpoints (the seed's "one or two more runs"), and TGS rarely moves more inside it.
+RESOLUTION = 1.25
 FIRST_SHARE = 0.75  # the first probe, relative to the estimated maximum
 
 
@@ -158,6 +162,11 @@ def next_probe(param: Param, history: list[tuple[object, Outcome]]) -> tuple[obj
     bounds = [v for v, o in history if memory_bound(o)]
     best = passing[-1][0] if passing else param.low
     if bounds:
+        if passing and param.kind == "int" and min(bounds) <= best * RESOLUTION:
+            return None, (
+                f"converged: {param.name}={param.text(best)} runs, {param.text(min(bounds))} does not "
+                f"(within {(RESOLUTION - 1) * 100:g} %)"
+            )
         nxt = between(best, min(bounds), param)
         if nxt is None:
             if not passing:
