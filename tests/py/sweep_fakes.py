@@ -10,6 +10,7 @@ rescaled to the TGS a test wants, so the sweep code reads exactly the shapes rea
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -20,6 +21,7 @@ from jobkit.sweep.jobs import ENDED, PENDING, RUNNING, Handle, Point, Runner, Su
 FIXTURES = Path(__file__).parent / "fixtures" / "sweep"
 _TGS = re.compile(r"Tokens/s/device: [\d.]+")
 _STEP = re.compile(r"completed step: (\d+),")
+_RUNNERS = itertools.count(1)
 
 
 def recorded(name: str) -> str:
@@ -97,6 +99,7 @@ class FakeRunner(Runner):
         self.cancelled: list[str] = []
         self._jobs: dict[str, tuple[FakeJob, Path, list[int]]] = {}
         self._attempts: dict[str, int] = {}
+        self.serial = next(_RUNNERS)
 
     def submit(self, point: Point, spec: str) -> Handle:
         self._attempts[point.key] = self._attempts.get(point.key, 0) + 1
@@ -105,7 +108,8 @@ class FakeRunner(Runner):
             raise SubmitError(str(job))
         self.submitted.append((point, spec))
         job_id = str(1000 + len(self.submitted))
-        log = self.tmp / f"{job_id}-{spec.replace(':', '-')}.log"
+        # unique per runner: a resumed sweep (a new runner) numbers its jobs from 1001 again
+        log = self.tmp / f"r{self.serial}-{job_id}-{spec.replace(':', '-')}.log"
         self._jobs[job_id] = (job, log, [0])
         return Handle(job_id=job_id, log=log)
 

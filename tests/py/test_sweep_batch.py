@@ -142,7 +142,7 @@ def test_probes_from_the_estimate_find_a_unimodal_optimum_in_four_runs(monkeypat
     assert "estimated max per_device_batch_size: 25.0" in result.output
     # each probe pinned nothing locally, set the value after the extra args, and ran 15 steps
     assert runner.submitted[0][0].args == ("per_device_batch_size=16", "steps=15")
-    assert runner.submitted[0][1] == "tiny:b1-per_device_batch_size_16"
+    assert runner.submitted[0][1] == "tiny:b1"  # the job name names the value already (passthrough suffix)
 
 
 def test_out_of_memory_first_probes_down_and_never_reruns_a_value(monkeypatch, tmp_path):

@@ -55,7 +55,7 @@ def summary_rows(text: str) -> dict[str, str]:
 
 @pytest.mark.skipif(not node_faults.available("cpu"), reason="no writable v1 cpu cgroup to throttle a node with")
 def test_node_sweep_finds_the_throttled_node(sweep_env):
-    with node_faults.cpu_quota("node2", percent=30):
+    with node_faults.cpu_quota("node2", percent=50):
         result = sweep(sweep_env, "nodes", "--id", "nodes-e2e", "--serial", "--poll", "2", "tiny", "-w", "node1,node2")
     assert result.returncode == 0, result.stdout + result.stderr
     rows = summary_rows(result.stdout)

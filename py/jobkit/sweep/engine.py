@@ -157,7 +157,9 @@ class Engine:
             )
             return
         pinned = Point(**{**point.__dict__, "nodes": nodes[: point.num_nodes] if point.nodes else ()})
-        spec = f"{point.model}:{self.sweep.id}-{_slug(point.key)}"
+        # The job name already carries the passthrough args; the key is added only when they do not name it.
+        named = _slug(point.key) in {_slug(arg) for arg in point.args}
+        spec = f"{point.model}:{self.sweep.id}" + ("" if named else f"-{_slug(point.key)}")
         try:
             handle = self.runner.submit(pinned, spec)
         except SubmitError as exc:
