@@ -10,7 +10,7 @@ import pytest
 from sweep_fakes import failing, hanging, invoke, oom, passing
 
 from jobkit import gpu
-from jobkit.sweep import batch, memory
+from jobkit.sweep import batch, config_edit, memory
 
 REPO = Path(__file__).resolve().parents[2]
 PARAM = "per_device_batch_size"
@@ -289,13 +289,13 @@ def test_without_apply_nothing_is_written(monkeypatch, tmp_path, configs):
 
 def test_with_key_keeps_the_comment_column_and_adds_missing_keys_near_their_kin():
     text = "max_target_length: 4096   # context\nper_device_batch_size: 4           # 16k tokens\nx: 1\n"
-    out = batch.with_key(text, "per_device_batch_size", 12)
+    out = config_edit.with_key(text, "per_device_batch_size", 12)
     assert out.splitlines()[1] == "per_device_batch_size: 12          # 16k tokens"
     assert out.splitlines()[1].index("#") == text.splitlines()[1].index("#")
-    added = batch.with_key("max_target_length: 128\nsteps: 3\n", "per_device_batch_size", 8)
+    added = config_edit.with_key("max_target_length: 128\nsteps: 3\n", "per_device_batch_size", 8)
     assert added == "max_target_length: 128\nper_device_batch_size: 8\nsteps: 3\n"
-    assert batch.with_key("a: 1", "remat_policy", "full") == "a: 1\nremat_policy: full\n"
-    assert batch.with_key("a: 1\n", "quantization", "true") == 'a: 1\nquantization: "true"\n'
+    assert config_edit.with_key("a: 1", "remat_policy", "full") == "a: 1\nremat_policy: full\n"
+    assert config_edit.with_key("a: 1\n", "quantization", "true") == 'a: 1\nquantization: "true"\n'
 
 
 # --- bad input ---
