@@ -7,4 +7,5 @@ state    $JOB_WORKSPACE/sweeps/<id>/: plan.json, points.jsonl, summary.md; resum
 common   what every driver's command shares: options, checks, the run wrapper, tables
 cli      the click group and `list` / `resume`
 batch, nodes, network, models, xla   the drivers (decision logic + command)
+memory, config_edit                  the batch driver's memory estimate and its --apply
 """
