@@ -7,8 +7,8 @@
 # (tiny-tuning.md) is. The catalog's llvm_o0 profile is harmful on purpose: the run proves the ranking
 # when it lands below baseline-deployed as a loss outside the noise band. About 25 s per job on two cores
 # (2 x (2 baselines + 9 profiles) = 22 jobs, ~10 min, by default); give PROFILES=a,b to run a subset.
-# Run it on a quiet machine: other work widens the band, and a local cluster's job preflight stops
-# run_local.sh training anywhere on the machine (it warns when utils/local_cluster.sh is up).
+# Run it on a quiet machine: other work widens the noise band (it warns when utils/local_cluster.sh is
+# up, whose jobs compete for the same cores).
 # Without EXTRA every job runs per_device_batch_size=32: at tiny's own batch (2) a step is mostly dispatch
 # overhead and flags that change the generated kernels barely show.
 # Environment: PROFILES (catalog subset), BENCH_WORKSPACE (keep state there; default a new temp dir, kept).
@@ -31,7 +31,7 @@ export JOB_WORKSPACE=$WORK CONTAINER_RUNTIME=none JAX_CACHE_DIR=$WORK/jax_cache
 SWEEP_ID=xla-bench-$(date +%Y%m%d-%H%M%S)
 echo "[bench] workspace $WORK; load before: $(cut -d' ' -f1-3 /proc/loadavg)"
 if "$REPO_DIR/utils/local_cluster.sh" status >/dev/null 2>&1; then
-  echo "[bench] WARNING: a local cluster is up; its jobs' preflight may stop these run_local jobs" >&2
+  echo "[bench] WARNING: a local cluster is up; its jobs share these cores and widen the noise band" >&2
 fi
 
 args=(sweep xla tiny --local --id "$SWEEP_ID" --catalog "$REPO_DIR/configs/xla_catalogs/cpu.yml"
