@@ -66,7 +66,7 @@ _CONTAINER_ENV_ALLOWLIST=(
   RAY_DASHBOARD_ENABLE_PROFILING RAY_DASHBOARD_SELF_METRICS_INTERVAL_S               # see utils/lib/ray_cluster.sh
   OBS_NICE OBS_PYTHON TB_BRIDGE_INTERVAL        # observability services' niceness, interpreter, tb poll
   STAGE_TIMEOUTS                                # per-stage timeout overrides
-  HARDWARE_PEAK_TFLOPS TUNE_PROFILE ENABLE_XLA_DUMP CPU_DEVICES_PER_NODE   # training-tier knobs (train_env.sh)
+  HARDWARE_PEAK_TFLOPS TUNE_PROFILE TUNE_PROFILE_FILE ENABLE_XLA_DUMP CPU_DEVICES_PER_NODE   # training-tier knobs (train_env.sh)
   TRAIN_PYTHON MAXTEXT_FAST_EXIT                # training's interpreter; 0 = let Python exit slowly
   _DEBUG                                        # set -x in the training tier too
 )
