@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from sweep_fakes import FIXTURES, FakeJob, failing, invoke, oom, passing
 
-from jobkit.sweep import xla
+from jobkit.sweep import xla_catalog
 
 CATALOG = """
 profiles:
@@ -112,7 +112,7 @@ def test_every_job_is_synthetic_pinned_and_profiles_reach_it_as_a_file(monkeypat
 def test_profile_files_pass_train_env_sh(monkeypatch, tmp_path):
     """What the driver writes is what the shell reader accepts: the same flag and name rules."""
     text = CATALOG + "  knobs:\n    env: {A_B: 'x y', SWITCH: true, N: 0.5}\n"
-    profiles = xla.load_catalog(write(tmp_path, text))
+    profiles = xla_catalog.load_catalog(write(tmp_path, text))
     knobs = next(p for p in profiles if p.name == "knobs")
     assert knobs.lines() == ["A_B=x y", "SWITCH=true", "N=0.5"]
     for line in (ln for p in profiles for ln in p.lines()):
@@ -389,8 +389,8 @@ def test_local_runs_without_nodes(monkeypatch, tmp_path):
 
 def test_shipped_catalogs_load(monkeypatch, tmp_path):
     root = Path(__file__).resolve().parents[2] / "configs" / "xla_catalogs"
-    cpu = xla.load_catalog(root / "cpu.yml")
-    gpu = xla.load_catalog(root / "gpu.yml")
+    cpu = xla_catalog.load_catalog(root / "cpu.yml")
+    gpu = xla_catalog.load_catalog(root / "gpu.yml")
     assert any("HARMFUL" in p.description for p in cpu)
     assert all(f.startswith("--xla_") for p in cpu + gpu for f in p.xla_flags)
     assert any(p.env for p in gpu) and any(p.parallelism for p in gpu)

@@ -8,4 +8,6 @@ common   what every driver's command shares: options, checks, the run wrapper, t
 cli      the click group and `list` / `resume`
 batch, nodes, network, models, xla   the drivers (decision logic + command)
 memory, config_edit                  the batch driver's memory estimate and its --apply
+xla_catalog                          the xla driver's catalog: loading, checking, profile files, points
+xla_report                           the xla driver's ranking (noise band, verdicts) and its reports
 """
