@@ -78,12 +78,10 @@ echo "== 1. node sweep (each node alone, unthrottled)"
 
 echo "== 2. the 4 nodes together, unthrottled: the expected TGS"
 "$JOBKIT" sweep network --id bench-reference --poll 2 tiny -w "$ALL" --baseline 1 >/dev/null
-EXPECTED=$("$VENV_DIR/bin/python" -c '
-import json, sys
-done = [json.loads(l) for l in open(sys.argv[1]) if "\"done\"" in l]
-tgs = [d["outcome"]["tgs"] for d in done if d["key"] == "all" and d["outcome"]["status"] == "PASS"]
-print(f"{tgs[-1]:.1f}" if tgs and tgs[-1] else "")' "$JOB_WORKSPACE/sweeps/bench-reference/points.jsonl")
-[[ -n $EXPECTED ]] || { echo "sweep_network.sh: the unthrottled 4-node job did not pass; see $JOB_WORKSPACE" >&2; exit 1; }
+# The "all" row of the reference sweep's table: | all | node[1-4] | <job> | <TGS/device> | ...
+EXPECTED=$(awk -F'|' '$2 ~ /^ *all *$/ { gsub(/[ ,]/, "", $5); print $5 }' \
+  "$JOB_WORKSPACE/sweeps/bench-reference/summary.md")
+[[ $EXPECTED =~ ^[0-9]+$ ]] || { echo "sweep_network.sh: the unthrottled 4-node job did not pass; see $JOB_WORKSPACE" >&2; exit 1; }
 echo "4 healthy nodes together: $EXPECTED TGS/device"
 
 echo "== 3. node$NODE's link limited to $RATE (tc tbf on $VETH and on eth0 in $NETNS)"

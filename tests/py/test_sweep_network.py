@@ -224,3 +224,19 @@ def test_a_node_a_little_slow_alone_does_not_explain_a_much_slower_pair(monkeypa
     # ...a pair 60 % slow (n3's link) it does not: the checks with healthy partners run and blame n3's network
     assert runner.keys[-2:] == ["g:n1,n3", "g:n2,n4"]
     assert "Conclusion: n3's network (or its link to n4)" in result.output
+
+
+def test_smaller_groups_are_held_to_the_best_group_of_their_size(monkeypatch, tmp_path):
+    # Nodes sharing CPUs: per-device TGS grows as groups shrink (4 nodes 1000, 2 nodes 3000), and n3's
+    # throttled link costs a pair 60 % -- still above the 4-node expectation, so only peers reveal it.
+    def script(point, nodes, attempt):
+        healthy = GOOD if len(nodes) == 4 else 3 * GOOD
+        return passing(healthy * (0.4 if "n3" in nodes else 1.0))
+
+    result, runner = network(monkeypatch, tmp_path, "n[1-4]", script, "--baseline", str(GOOD), "--tolerance", "30")
+    assert result.exit_code == 0, result.output
+    table = rows(result.output)
+    assert table["all"][1] == "DEGRADED"
+    assert table["half-1"][1] == "healthy" and table["half-2"][1] == "DEGRADED"
+    assert table["half-2"][2] == "-60.0%"  # against half-1, its peer, not against the 4-node expectation
+    assert "n3" in next(line for line in result.output.splitlines() if line.startswith("Conclusion:"))
