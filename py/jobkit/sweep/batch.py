@@ -380,21 +380,6 @@ def command(
     out-of-memory; stops when converged, past the TGS peak, or after --max-runs. EXTRA (after --) are
     MaxText key=value and _env_KEY=VALUE settings for every job.
     """
-    params.update(
-        model=model,
-        num_nodes=num_nodes,
-        nodelist=nodelist,
-        param_name=param_name,
-        start=start,
-        values_text=values_text,
-        device_memory=device_memory,
-        mem_fraction=mem_fraction,
-        max_runs=max_runs,
-        apply_it=apply_it,
-        yes=yes,
-        steps=steps,
-        extra=extra,
-    )
     local = bool(params.get("local"))
     try:
         model = common.resolve_model(model)
@@ -431,7 +416,7 @@ def command(
         result["best"] = optimum(history)
         return report(model, param, n, nodes, history, why, notes, current, None if values else max_runs)
 
-    common.execute("batch", params, model, body)
+    common.execute("batch", model, body)
     if apply_it:
         if result.get("best") is None:
             common.fail(f"nothing to apply: no value of {param.name} ran")

@@ -110,8 +110,12 @@ def runner_for(sweep: state.Sweep, params: dict) -> Runner:
 RUNNER_FACTORY: Callable[[state.Sweep, dict], Runner] = runner_for
 
 
-def execute(driver: str, params: dict, model: str, body: Callable[[Engine], str]) -> None:
-    """Run BODY (which returns the summary markdown) as sweep `params['sweep_id']` of DRIVER."""
+def execute(driver: str, model: str, body: Callable[[Engine], str]) -> None:
+    """Run BODY (which returns the summary markdown) as the sweep of DRIVER that the current command names.
+
+    The settings stored for `resume` are the command's own parsed parameters (click's ctx.params, which
+    `ctx.invoke` fills in the same way), so no driver lists its options a second time."""
+    params = dict(click.get_current_context().params)
     sweep_id = params.get("sweep_id") or default_id(driver, model)
     stored = {k: v for k, v in params.items() if k != "sweep_id"}
     try:

@@ -424,7 +424,6 @@ def command(commits, nodelist, table_file, only, steps, extra, **params):
     EXTRA (after --) are MaxText key=value and _env_KEY=VALUE settings for every job; dataset_type=synthetic
     and steps are added.
     """
-    params.update(commits=commits, nodelist=nodelist, table_file=table_file, only=only, steps=steps, extra=extra)
     repo = REPO_ROOT
     notes: list[str] = []
     # 1. every input checked before the sweep dir exists
@@ -476,4 +475,4 @@ def command(commits, nodelist, table_file, only, steps, extra, **params):
             trees.remove_all()
 
     label = "-".join(dict.fromkeys(e.model for e in entries)) if only else "all"
-    common.execute("models", params, label[:40], body)
+    common.execute("models", label[:40], body)

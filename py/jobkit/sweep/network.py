@@ -435,15 +435,6 @@ def command(model, nodelist, baseline, from_sweep, tolerance, steps, extra, **pa
     per-node results also tell a slow node from a bad link. EXTRA (after --) are MaxText key=value and
     _env_KEY=VALUE settings for every job.
     """
-    params.update(
-        model=model,
-        nodelist=nodelist,
-        baseline=baseline,
-        from_sweep=from_sweep,
-        tolerance=tolerance,
-        steps=steps,
-        extra=extra,
-    )
     try:
         if params.get("local"):
             raise state.SweepError("a network sweep runs multi-node jobs on Slurm; --local cannot (drop it)")
@@ -460,4 +451,4 @@ def command(model, nodelist, baseline, from_sweep, tolerance, steps, extra, **pa
         search = Search(engine, model, all_nodes, args, expect, tolerance)
         return report(search, search.search())
 
-    common.execute("network", params, model, body)
+    common.execute("network", model, body)

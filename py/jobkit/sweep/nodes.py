@@ -75,11 +75,10 @@ def command(model, nodelist, steps, extra, **params):
 
     EXTRA (after --) are MaxText key=value and _env_KEY=VALUE settings for every job.
     """
-    params.update(model=model, nodelist=nodelist, steps=steps, extra=extra)
     try:
         model = common.resolve_model(model)
         nodes = common.parse_nodes(nodelist)
     except common.state.SweepError as exc:
         common.fail(str(exc))
     todo = points(model, nodes, common.with_steps(tuple(extra), steps))
-    common.execute("nodes", params, model, lambda engine: report(model, nodes, engine.run(todo)))
+    common.execute("nodes", model, lambda engine: report(model, nodes, engine.run(todo)))

@@ -101,18 +101,6 @@ def command(
     settings for every job.
     """
     catalog_path = Path(catalog).expanduser().resolve()
-    params.update(
-        model=model,
-        num_nodes=num_nodes,
-        nodelist=nodelist,
-        catalog=str(catalog_path),
-        repeats=repeats,
-        profile_names=profile_names,
-        parallelism=parallelism,
-        wave_size=wave_size,
-        steps=steps,
-        extra=extra,
-    )
     try:
         model = common.resolve_model(model)
         nodes = common.parse_nodes(nodelist, num_nodes, params.get("local"))
@@ -145,4 +133,4 @@ def command(
         )
         return leaderboard(ranking, skipped) + f"\nFull report: {sweep.path / f'{model}-tuning.md'}\n"
 
-    common.execute("xla", params, model, body)
+    common.execute("xla", model, body)
