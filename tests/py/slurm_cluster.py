@@ -127,6 +127,22 @@ class LocalCluster:
         raise AssertionError(f"job {job_id} did not end within {timeout}s\n{squeue.stdout}{squeue.stderr}")
 
 
+def job_env(cluster: LocalCluster, workspace: Path, jax_cache: Path) -> dict[str, str]:
+    """An environment for submitting real jobs to CLUSTER from the repo: no training settings leaked from
+    the caller's shell, the workspace and a shared JAX compile cache given, native runtime, the repo's venv."""
+    env = dict(os.environ)
+    for name in ("XLA_FLAGS", "JAX_PLATFORMS", "TUNE_PROFILE", "STAGE_TIMEOUTS", "VIRTUAL_ENV", "PYTHONPATH"):
+        env.pop(name, None)
+    env.update(cluster.env)
+    env.update(
+        JOB_WORKSPACE=str(workspace),
+        CONTAINER_RUNTIME="none",
+        JAX_CACHE_DIR=str(jax_cache),
+        VENV_DIR=str(REPO / ".venv"),
+    )
+    return env
+
+
 def cluster_up(nodes: int = NODES) -> LocalCluster:
     """`up -N nodes` (a no-op when already up with that many nodes); returns the cluster."""
     result = script("up", "-N", str(nodes))

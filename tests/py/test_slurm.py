@@ -4,7 +4,6 @@ The cluster is utils/local_cluster.sh: real slurmctld/slurmd daemons, each node 
 namespace with its own hostname and 10.77.0.x address. It comes up once per session (slurm_cluster.py).
 """
 
-import os
 import re
 import shutil
 import subprocess
@@ -14,7 +13,7 @@ from pathlib import Path
 import pytest
 from job_observation import TRAINING_CMDLINE, header, live_processes_of
 from prom_query import View, free_port
-from slurm_cluster import local_cluster  # noqa: F401  (the session fixture)
+from slurm_cluster import job_env, local_cluster  # noqa: F401  (local_cluster: the session fixture)
 
 REPO = Path(__file__).resolve().parents[2]
 STEP_RE = re.compile(r"^(\d+): .*completed step: (\d+), .*?loss: ([\d.]+)", re.M)
@@ -28,17 +27,7 @@ def jax_cache(tmp_path_factory):
 
 @pytest.fixture
 def slurm_env(local_cluster, tmp_path, jax_cache):  # noqa: F811
-    env = dict(os.environ)
-    for name in ("XLA_FLAGS", "JAX_PLATFORMS", "TUNE_PROFILE", "STAGE_TIMEOUTS", "VIRTUAL_ENV", "PYTHONPATH"):
-        env.pop(name, None)
-    env.update(local_cluster.env)
-    env.update(
-        JOB_WORKSPACE=str(tmp_path / "ws"),
-        CONTAINER_RUNTIME="none",
-        JAX_CACHE_DIR=str(jax_cache),
-        VENV_DIR=str(REPO / ".venv"),
-    )
-    return env
+    return job_env(local_cluster, tmp_path / "ws", jax_cache)
 
 
 def submit(env, *args, repo=REPO, extra_env=None):

@@ -7,7 +7,6 @@ starts is CPU-throttled (node sweep) or memory-limited (batch sweep's out-of-mem
 from __future__ import annotations
 
 import json
-import os
 import re
 import signal
 import subprocess
@@ -16,7 +15,7 @@ from pathlib import Path
 
 import node_faults
 import pytest
-from slurm_cluster import local_cluster  # noqa: F401  (the session fixture)
+from slurm_cluster import job_env, local_cluster  # noqa: F401  (local_cluster: the session fixture)
 
 REPO = Path(__file__).resolve().parents[2]
 JOBKIT = REPO / ".venv" / "bin" / "jobkit"
@@ -24,17 +23,7 @@ JOBKIT = REPO / ".venv" / "bin" / "jobkit"
 
 @pytest.fixture
 def sweep_env(local_cluster, tmp_path, tmp_path_factory):  # noqa: F811
-    env = dict(os.environ)
-    for name in ("XLA_FLAGS", "JAX_PLATFORMS", "TUNE_PROFILE", "STAGE_TIMEOUTS", "VIRTUAL_ENV", "PYTHONPATH"):
-        env.pop(name, None)
-    env.update(local_cluster.env)
-    env.update(
-        JOB_WORKSPACE=str(tmp_path / "ws"),
-        CONTAINER_RUNTIME="none",
-        JAX_CACHE_DIR=str(tmp_path_factory.getbasetemp() / "sweep_jax_cache"),
-        VENV_DIR=str(REPO / ".venv"),
-    )
-    return env
+    return job_env(local_cluster, tmp_path / "ws", tmp_path_factory.getbasetemp() / "sweep_jax_cache")
 
 
 def sweep(env, *args, timeout=600):
