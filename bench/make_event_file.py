@@ -27,28 +27,14 @@ def main(path, steps, scalars):
     from tensorboard.compat.proto.summary_pb2 import Summary
 
     t0 = 1700000000.0
+
+    def scalar(step: int, k: int) -> bytes:
+        value = Summary.Value(tag=f"bench/scalar_{k}", simple_value=step * 0.5 + k)
+        return record(Event(wall_time=t0 + step * 0.1 + k * 0.001, step=step, summary=Summary(value=[value])))
+
     with open(path, "wb") as f:
         f.write(record(Event(wall_time=t0, file_version="brain.Event:2")))
-        for step in range(steps):
-            f.write(
-                b"".join(
-                    record(
-                        Event(
-                            wall_time=t0 + step * 0.1 + k * 0.001,
-                            step=step,
-                            summary=Summary(
-                                value=[
-                                    Summary.Value(
-                                        tag=f"bench/scalar_{k}",
-                                        simple_value=step * 0.5 + k,
-                                    )
-                                ]
-                            ),
-                        )
-                    )
-                    for k in range(scalars)
-                )
-            )
+        f.writelines(scalar(step, k) for step in range(steps) for k in range(scalars))
 
 
 if __name__ == "__main__":
