@@ -201,20 +201,23 @@ _prepare_container() {
   _RUNTIME=$1
   # shellcheck source=configs/container_settings.sh
   source "$SCRIPT_DIR/configs/container_settings.sh"
-  [[ $CONTAINER_NOFILE =~ ^[0-9]+$ ]] ||
-    _die "CONTAINER_NOFILE='$CONTAINER_NOFILE' is not a number; set it to an open-files limit such as 1048576" 2
+  [[ $CONTAINER_NOFILE =~ ^([0-9]+|auto)$ ]] ||
+    _die "CONTAINER_NOFILE='$CONTAINER_NOFILE' is not a number; set it to an open-files limit such as 1048576, or auto" 2
+  local nofile
+  nofile=$(container_nofile)
   local workspace=${JOB_WORKSPACE:-$SCRIPT_DIR/outputs} var
   [[ $workspace == /* ]] || workspace=$PWD/$workspace
   mkdir -p "$workspace" || _die "cannot create JOB_WORKSPACE $workspace; set JOB_WORKSPACE to a writable directory"
-  local -a extra=()
+  local -a extra=() host_args=()
   read -r -a extra <<<"$CONTAINER_RUN_EXTRA_ARGS"
+  mapfile -t host_args < <(container_host_run_args "$_RUNTIME")
 
   _CONTAINER_NAME=$(_container_name)
   _IMAGE=$(_resolve_image "$_RUNTIME") || exit
   _remove_leftover "$_RUNTIME" "$_CONTAINER_NAME"
 
   _RUN_ARGS=(--rm --name "$_CONTAINER_NAME" --label "$_LABEL=1" --label "$_LABEL.job=${JOB_ID:-unknown}"
-    --network=host --ipc=host --cap-add=SYS_PTRACE --ulimit "nofile=$CONTAINER_NOFILE:$CONTAINER_NOFILE"
+    --network=host --ipc=host --cap-add=SYS_PTRACE --ulimit "nofile=$nofile:$nofile"
     -v "$SCRIPT_DIR:$_IN_SCRIPTS" -w "$_IN_SCRIPTS" -v "$workspace:$_IN_OUTPUTS")
   if [[ -d $DATASET_DIR ]]; then _RUN_ARGS+=(-v "$DATASET_DIR:$_IN_DATASETS:ro"); fi
   _add_device_args "$_RUNTIME"
@@ -222,7 +225,9 @@ _prepare_container() {
     if [[ -v $var ]]; then _RUN_ARGS+=(--env "$var=${!var}"); fi
   done
   _RUN_ARGS+=(--env "JOB_WORKSPACE=$_IN_OUTPUTS" --env "MAXTEXT_REPO_DIR=$MAXTEXT_REPO_DIR")
-  _RUN_ARGS+=("${extra[@]}")
+  # This host's needs first, the user's own options last (they win where both set something).
+  if (( ${#host_args[@]} )); then _say "host settings for $_RUNTIME: ${host_args[*]}"; fi
+  _RUN_ARGS+=("${host_args[@]}" "${extra[@]}")
   _say "runtime: $_RUNTIME, image: $_IMAGE, container: $_CONTAINER_NAME"
 }
 

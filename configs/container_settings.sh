@@ -21,8 +21,9 @@ DOCKER_IMAGE=${DOCKER_IMAGE:-rocm/jax-training:maxtext-v26.2}
 MAXTEXT_REPO_DIR=${MAXTEXT_REPO_DIR:-/workspace/maxtext}
 # Host dataset directory, mounted read-only at /datasets when it exists.
 DATASET_DIR=${DATASET_DIR:-/mnt/datasets}
-# Open-files limit inside the container (soft = hard). Rootless or capped hosts may need a smaller value.
-CONTAINER_NOFILE=${CONTAINER_NOFILE:-1048576}
+# Open-files limit inside the container (soft = hard). auto: 1048576, or this host's hard limit when that is
+# lower (an engine cannot raise it; see container_nofile in utils/lib/container_runtime.sh).
+CONTAINER_NOFILE=${CONTAINER_NOFILE:-auto}
 # Extra words for `<runtime> run`, split on whitespace (e.g. "--runtime runc" or "--security-opt seccomp=unconfined").
 CONTAINER_RUN_EXTRA_ARGS=${CONTAINER_RUN_EXTRA_ARGS:-}
 # Registry credentials, used only when an anonymous pull fails. Keep them in the .local file, never in git.

@@ -65,6 +65,65 @@ detect() {
   (( SECONDS - start < 10 ))
 }
 
+@test "detect: an engine without the image on a CPU host trains natively and says why" {
+  make_sandbox docker podman
+  STUB_PODMAN_INFO_RC=0 STUB_IMAGE_PRESENT=0 DOCKER_IMAGE=team/jax:1 detect
+  [ "$status" -eq 0 ]
+  [ "${lines[-1]}" = none ]
+  [[ $output == *"podman answers, but DOCKER_IMAGE=team/jax:1 is not on this host"* ]]
+  [[ $output == *"utils/build_image.sh"* ]]
+  grep -qx 'podman image inspect team/jax:1' "$STUB_LOG_DIR/podman.calls"
+}
+
+@test "detect: an engine is taken for an image tarball that exists, or on a GPU host" {
+  make_sandbox podman
+  : >"$BATS_TEST_TMPDIR/image.tar"
+  STUB_PODMAN_INFO_RC=0 STUB_IMAGE_PRESENT=0 DOCKER_IMAGE=$BATS_TEST_TMPDIR/image.tar detect
+  [ "$output" = podman ]
+  STUB_PODMAN_INFO_RC=0 STUB_IMAGE_PRESENT=0 DOCKER_IMAGE=$BATS_TEST_TMPDIR/missing.tar detect
+  [ "${lines[-1]}" = none ]
+  mkdir -p "$_DEV_ROOT/dev" && : >"$_DEV_ROOT/dev/kfd"
+  STUB_PODMAN_INFO_RC=0 STUB_IMAGE_PRESENT=0 DOCKER_IMAGE=team/jax:1 detect
+  [ "$output" = podman ]
+}
+
+# host_args [FUNCTION-OVERRIDES]: container_host_run_args podman under the sandbox PATH, one option a line.
+host_args() {
+  run env PATH="$SANDBOX_BIN" bash -c 'source "$1"; eval "$2"; container_host_run_args "$3"' _ \
+    "$REPO_DIR/utils/lib/container_runtime.sh" "${HOST_ARGS_EVAL:-}" "${1:-podman}"
+}
+
+@test "host args: podman's crun on a hybrid cgroup layout becomes --runtime runc; the user's --runtime wins" {
+  make_sandbox podman
+  ln -sf "$(command -v true)" "$SANDBOX_BIN/runc"
+  ln -sf "$(command -v stat)" "$SANDBOX_BIN/stat"
+  HOST_ARGS_EVAL='_container_runtime_cgroup_hybrid() { return 0; }' STUB_OCI_RUNTIME=crun host_args
+  [ "$status" -eq 0 ]
+  [ "${lines[0]}" = --runtime ] && [ "${lines[1]}" = runc ]
+  HOST_ARGS_EVAL='_container_runtime_cgroup_hybrid() { return 1; }' STUB_OCI_RUNTIME=crun host_args
+  [[ $output != *--runtime* ]]
+  HOST_ARGS_EVAL='_container_runtime_cgroup_hybrid() { return 0; }' STUB_OCI_RUNTIME=runc host_args
+  [[ $output != *--runtime* ]]
+  CONTAINER_RUN_EXTRA_ARGS="--runtime crun" HOST_ARGS_EVAL='_container_runtime_cgroup_hybrid() { return 0; }' \
+    STUB_OCI_RUNTIME=crun host_args
+  [[ $output != *--runtime* ]]
+}
+
+@test "host args: podman gets an nproc limit it may set (hard limit, at most pid_max); docker gets nothing" {
+  make_sandbox podman docker
+  ln -sf "$(command -v cat)" "$SANDBOX_BIN/cat"
+  host_args podman
+  local want hard pid_max
+  hard=$(ulimit -Hu) pid_max=$(cat /proc/sys/kernel/pid_max)
+  if [[ $hard == unlimited ]] || (( hard > pid_max )); then want=$pid_max; else want=$hard; fi
+  [ "${lines[-2]}" = --ulimit ]
+  [ "${lines[-1]}" = "nproc=$want:$want" ]
+  CONTAINER_RUN_EXTRA_ARGS="--ulimit nproc=100:100" host_args podman
+  [[ $output != *nproc* ]]
+  host_args docker
+  [ -z "$output" ]
+}
+
 @test "CONTAINER_RUNTIME picks the runtime without probing; none wins over an answering podman" {
   make_sandbox docker podman
   CONTAINER_RUNTIME=docker STUB_DOCKER_INFO_RC=1 detect
@@ -144,7 +203,10 @@ detect() {
   assert_argv_has "$argv" --network=host
   assert_argv_has "$argv" --ipc=host
   assert_argv_has "$argv" --cap-add=SYS_PTRACE
-  assert_argv_has "$argv" --ulimit nofile=1048576:1048576
+  local hard
+  hard=$(ulimit -Hn)
+  if [[ $hard == unlimited ]] || (( hard > 1048576 )); then hard=1048576; fi
+  assert_argv_has "$argv" --ulimit "nofile=$hard:$hard"
   assert_argv_has "$argv" -v "$SCRIPTS:/workspace/launcher"
   assert_argv_has "$argv" -w /workspace/launcher
   assert_argv_has "$argv" -v "$JOB_WORKSPACE:/outputs"
