@@ -242,15 +242,16 @@ _on_signal() {
 }
 
 _container_train() {
-  local runtime=$1 cmd rc=0
+  local runtime=$1 rc=0
   shift
   _prepare_container "$runtime"
-  printf -v cmd ' %q' "$@"
-  cmd="exec $_IN_SCRIPTS/_train.sh$cmd"
   _RUN_PID=""
   trap '_on_signal INT 130' INT
   trap '_on_signal TERM 143' TERM
-  "$_RUNTIME" run "${_RUN_ARGS[@]}" "$_IMAGE" bash -c "$cmd" &
+  # --sig-proxy=false: a signal to us is passed on by `stop` in _on_signal, once; the client's own forwarding
+  # raced the container's end and printed an error line into the job log.
+  "$_RUNTIME" run --sig-proxy=false "${_RUN_ARGS[@]}" "$_IMAGE" \
+    bash "$_IN_SCRIPTS/utils/container_init.sh" "$_IN_SCRIPTS/_train.sh" "$@" &
   _RUN_PID=$!
   proc_wait "$_RUN_PID" || rc=$?
   exit "$rc"

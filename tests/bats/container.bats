@@ -211,9 +211,10 @@ host_args() {
   assert_argv_has "$argv" -w /workspace/launcher
   assert_argv_has "$argv" -v "$JOB_WORKSPACE:/outputs"
   assert_argv_has "$argv" -v "$BATS_TEST_TMPDIR/datasets:/datasets:ro"
-  assert_argv_has "$argv" docker.io/rocm/jax-training:maxtext-v26.2 bash -c \
-    "exec /workspace/launcher/_train.sh tiny -- steps=3"
-  [ "$(tail -n 1 "$argv")" = "exec /workspace/launcher/_train.sh tiny -- steps=3" ]
+  assert_argv_has "$argv" --sig-proxy=false
+  assert_argv_has "$argv" docker.io/rocm/jax-training:maxtext-v26.2 bash /workspace/launcher/utils/container_init.sh \
+    /workspace/launcher/_train.sh tiny -- steps=3
+  [ "$(tail -n 1 "$argv")" = "steps=3" ]
   [ -d "$JOB_WORKSPACE" ]
 }
 
@@ -326,7 +327,7 @@ HOST_ONLY+=" CANCEL_GRACE_SECONDS TASK_KILL_GRACE STAGE_STOP_GRACE EARLY_DEATH_C
   CONTAINER_RUNTIME=docker DOCKER_IMAGE=$BATS_TEST_TMPDIR/img.tar STUB_LOADED_IMAGE=jax:local run_container tiny
   [ "$status" -eq 0 ]
   assert_argv_has "$STUB_LOG_DIR/docker-load.argv" load -i "$BATS_TEST_TMPDIR/img.tar"
-  assert_argv_has "$STUB_LOG_DIR/docker-run.argv" jax:local bash -c
+  assert_argv_has "$STUB_LOG_DIR/docker-run.argv" jax:local bash /workspace/launcher/utils/container_init.sh
   CONTAINER_RUNTIME=docker DOCKER_IMAGE=$BATS_TEST_TMPDIR/none.tar run_container tiny
   [ "$status" -eq 2 ]
   [[ $output == *"none.tar is not a file"* ]]
