@@ -14,7 +14,8 @@
 #                      JOB_WORKSPACE   -> /outputs
 #                      DATASET_DIR     -> /datasets, read-only, only when it exists
 #                    Only the variables named in _CONTAINER_ENV_ALLOWLIST below cross, and only when set,
-#                    plus JOB_WORKSPACE=/outputs and MAXTEXT_REPO_DIR. Nothing else of this environment does.
+#                    plus JOB_WORKSPACE=/outputs, JOB_WORKSPACE_HOST (the host path of /outputs, for the
+#                    paths printed for the user) and MAXTEXT_REPO_DIR. Nothing else of this environment does.
 #
 # --pull only makes the image present on this node (load a tarball, or pull what is missing) and exits;
 # natively there is nothing to pull. The Slurm job runs it on every node as an all-nodes-ready barrier.
@@ -26,7 +27,8 @@
 # DOCKER_USERNAME / DOCKER_TOKEN. Also read: JOB_ID, NODE_RANK, JOB_WORKSPACE (default <repo>/outputs), VENV_DIR.
 #
 # Exit status: training's (the container's). SIGINT / SIGTERM stop our container only
-# (`<runtime> stop -t 10 <name>`) and exit 130 / 143. Usage or settings errors exit 2.
+# (`<runtime> stop -t $CONTAINER_STOP_TIMEOUT <name>`: TERM to training, KILL after that many seconds, default
+# 10) and exit 130 / 143. Usage or settings errors exit 2.
 #
 # Examples:
 #   _container.sh                                   # a shell where training would run
@@ -224,7 +226,9 @@ _prepare_container() {
   for var in "${_CONTAINER_ENV_ALLOWLIST[@]}"; do
     if [[ -v $var ]]; then _RUN_ARGS+=(--env "$var=${!var}"); fi
   done
-  _RUN_ARGS+=(--env "JOB_WORKSPACE=$_IN_OUTPUTS" --env "MAXTEXT_REPO_DIR=$MAXTEXT_REPO_DIR")
+  # JOB_WORKSPACE_HOST: where /outputs is on the host, for the paths training prints for the user to run later.
+  _RUN_ARGS+=(--env "JOB_WORKSPACE=$_IN_OUTPUTS" --env "JOB_WORKSPACE_HOST=$workspace"
+    --env "MAXTEXT_REPO_DIR=$MAXTEXT_REPO_DIR")
   # This host's needs first, the user's own options last (they win where both set something).
   if (( ${#host_args[@]} )); then _say "host settings for $_RUNTIME: ${host_args[*]}"; fi
   _RUN_ARGS+=("${host_args[@]}" "${extra[@]}")
@@ -235,7 +239,9 @@ _prepare_container() {
 _on_signal() {
   trap '' INT TERM
   _say "caught SIG$1: stopping container $_CONTAINER_NAME"
-  timeout -k 5 60 "$_RUNTIME" stop -t 10 "$_CONTAINER_NAME" >/dev/null 2>&1 || true
+  # stop: TERM to the container's PID 1 (utils/container_init.sh passes it to training), KILL after the timeout.
+  timeout -k 5 $((CONTAINER_STOP_TIMEOUT + 50)) "$_RUNTIME" stop -t "$CONTAINER_STOP_TIMEOUT" "$_CONTAINER_NAME" \
+    >/dev/null 2>&1 || true
   # The client normally ends with its container; give it 5 s more, then KILL it.
   if [[ -n ${_RUN_PID:-} ]]; then proc_stop 5 "$_RUN_PID" || true; fi
   exit "$2"
@@ -244,6 +250,9 @@ _on_signal() {
 _container_train() {
   local runtime=$1 rc=0
   shift
+  CONTAINER_STOP_TIMEOUT=${CONTAINER_STOP_TIMEOUT:-10}
+  [[ $CONTAINER_STOP_TIMEOUT =~ ^[0-9]+$ ]] ||
+    _die "CONTAINER_STOP_TIMEOUT='$CONTAINER_STOP_TIMEOUT' is not a number of seconds; e.g. CONTAINER_STOP_TIMEOUT=10" 2
   _prepare_container "$runtime"
   _RUN_PID=""
   trap '_on_signal INT 130' INT

@@ -232,6 +232,7 @@ host_args() {
   assert_argv_has "$argv" --env TUNE_PROFILE=fast
   assert_argv_has "$argv" --env RAY=
   assert_argv_has "$argv" --env JOB_WORKSPACE=/outputs
+  assert_argv_has "$argv" --env "JOB_WORKSPACE_HOST=$JOB_WORKSPACE"
   assert_argv_has "$argv" --env MAXTEXT_REPO_DIR=/opt/maxtext
   ! grep -q hunter2 "$argv" || false
   ! grep -q /host/site-packages "$argv" || false
@@ -239,12 +240,12 @@ host_args() {
   refute_argv_has "$argv" --env JAX_COORDINATOR_IP=
   local allowed=" JOB_ID JOB_NAME JOB_DIR NNODES NODE_RANK JAX_COORDINATOR_IP JAX_COORDINATOR_PORT MODEL_NAME
     MODEL_NAME_ALIAS EXP_TAG NODELIST_EXPANDED RAY RAY_PORT STAGE_TIMEOUTS HARDWARE_PEAK_TFLOPS TUNE_PROFILE
-    ENABLE_XLA_DUMP JOB_WORKSPACE MAXTEXT_REPO_DIR " name
+    ENABLE_XLA_DUMP JOB_WORKSPACE JOB_WORKSPACE_HOST MAXTEXT_REPO_DIR " name
   allowed=${allowed//$'\n'/ }
   for name in $(argv_env_names "$argv"); do
     [[ $allowed == *" $name "* ]] || { echo "not allow-listed: $name"; false; }
   done
-  [ "$(argv_env_names "$argv" | wc -l)" -eq 8 ]
+  [ "$(argv_env_names "$argv" | wc -l)" -eq 9 ]
 }
 
 # Names that do not cross on purpose (the comment under the allow-list in _container.sh says why):

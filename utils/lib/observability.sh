@@ -248,8 +248,9 @@ _obs_print_access() {
   echo "  (several jobs at once: change the local side, e.g. -L 1$port:127.0.0.1:$port)"
   if [[ -n ${_OBS[prom_port]} ]]; then
     echo "After the job:"
-    echo "  utils/prometheus.sh list $JOB_WORKSPACE"
-    echo "  utils/prometheus.sh view ${_OBS[job_path]}"
+    # In a container, the workspace is /outputs; the user runs these on the host, where it is JOB_WORKSPACE_HOST.
+    echo "  utils/prometheus.sh list ${JOB_WORKSPACE_HOST:-$JOB_WORKSPACE}"
+    echo "  utils/prometheus.sh view ${JOB_WORKSPACE_HOST:-$JOB_WORKSPACE}/$JOB_DIR"
   fi
   [[ ${_OBS[ray]} == up ]] &&
     echo "Ray logs: ${_OBS[job_path]}/ray_logs/<host>/   debug: ray status --address ${_OBS[ip]}:$RAY_PORT"
