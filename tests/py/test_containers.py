@@ -292,3 +292,39 @@ def test_two_node_slurm_job_trains_in_containers_and_scancel_ends_both(cpu_image
     assert "exit=137" not in text, "a task was KILLed before its container stopped"
     wait_until(lambda: containers_of(job_id) == [], 30, "both containers gone")
     wait_until(lambda: live_processes_of(job_id) == [], 30, "no process of the job left")
+
+
+def test_a_second_build_is_a_cache_hit_and_saves_a_tarball_that_loads(cpu_image, tmp_path):
+    build = [str(REPO / "utils" / "build_image.sh")]
+    tarball = tmp_path / "image.tar"
+    try:
+        again = subprocess.run([*build, "--save", str(tarball)], capture_output=True, text=True, timeout=600)
+        assert again.returncode == 0, again.stderr[-3000:]
+        assert again.stdout.strip().splitlines()[-1] == cpu_image
+        assert "is up to date (requirements.lock unchanged); nothing to build" in again.stderr
+        assert "debootstrap" not in again.stderr
+        size = tarball.stat().st_size
+        assert size > 500 * 2**20, size
+
+        # The same call once more keeps the tarball; a file that is not this image is never overwritten.
+        kept = subprocess.run([*build, "--save", str(tarball)], capture_output=True, text=True, timeout=600)
+        assert kept.returncode == 0 and f"already holds {cpu_image}; kept as it is" in kept.stderr, kept.stderr
+        other = tmp_path / "mine.tar"
+        other.write_text("not an image")
+        refused = subprocess.run([*build, "--save", str(other)], capture_output=True, text=True, timeout=600)
+        assert refused.returncode == 1
+        assert refused.stderr.strip().splitlines()[-1] == (
+            f"build_image.sh: {other} exists and does not hold {cpu_image}; choose another --save path"
+            " (nothing was overwritten)"
+        )
+        assert other.read_text() == "not an image"
+
+        # DOCKER_IMAGE=<tarball> loads it on a node (the Slurm job's pull stage does exactly this).
+        env = {**os.environ, "CONTAINER_RUNTIME": "podman", "DOCKER_IMAGE": str(tarball)}
+        pulled = subprocess.run(
+            [str(REPO / "_container.sh"), "--pull"], env=env, capture_output=True, text=True, timeout=600
+        )
+        assert pulled.returncode == 0, pulled.stderr[-3000:]
+        assert pulled.stderr.strip().splitlines()[-1].endswith(f": {cpu_image}"), pulled.stderr[-2000:]
+    finally:
+        tarball.unlink(missing_ok=True)  # 2 GB: not left for pytest's kept temp dirs
