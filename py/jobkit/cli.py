@@ -81,6 +81,7 @@ SUBCOMMANDS = {
     "ray-launch": "jobkit.ray_driver:command",
     "ray-start": "jobkit.ray_start:command",
     "sweep": "jobkit.sweep.cli:group",
+    "image-info": "jobkit.image_info:command",
 }
 
 

@@ -6,6 +6,7 @@ _container.sh's shell, preflight, and a 2-node submit.sh job on the local Slurm 
 why, only where Podman cannot run a container at all (not root, or the engine itself fails).
 """
 
+import json
 import math
 import os
 import re
@@ -328,3 +329,30 @@ def test_a_second_build_is_a_cache_hit_and_saves_a_tarball_that_loads(cpu_image,
         assert pulled.stderr.strip().splitlines()[-1].endswith(f": {cpu_image}"), pulled.stderr[-2000:]
     finally:
         tarball.unlink(missing_ok=True)  # 2 GB: not left for pytest's kept temp dirs
+
+
+def test_image_info_reads_the_built_image(cpu_image):
+    import hashlib
+
+    result = subprocess.run(
+        [str(REPO / ".venv" / "bin" / "jobkit"), "image-info", "--json", cpu_image],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    info = json.loads(result.stdout)
+    pins = dict(line.split("==") for line in (REPO / "requirements.lock").read_text().splitlines() if "==" in line)
+    host_python = subprocess.run(
+        [str(REPO / ".venv" / "bin" / "python"), "-V"], capture_output=True, text=True, check=True
+    ).stdout.split()[1]
+    assert info["image"] == cpu_image and info["engine"] == "podman"
+    assert info["python"] == {"version": host_python, "executable": "/opt/venv/bin/python3"}
+    assert {name: info["packages"][name] for name in ("jax", "jaxlib", "maxtext", "ray")} == {
+        name: pins[name] for name in ("jax", "jaxlib", "maxtext", "ray")
+    }
+    assert info["maxtext"] == {"source": "pip package", "version": pins["maxtext"], "commit": None}
+    lock_sha = hashlib.sha256((REPO / "requirements.lock").read_bytes()).hexdigest()
+    assert info["labels"]["maxtext-launcher.lock-sha256"] == lock_sha
+    assert info["os"] == "Debian GNU/Linux 12 (bookworm)"
+    assert info["rocm"] is None and info["cuda"] is None
