@@ -27,6 +27,16 @@ shell_files() {
   done
 }
 
+@test "hadolint: every Containerfile is clean" {
+  local -a files=()
+  mapfile -t files < <(find "$REPO_DIR" -path "$REPO_DIR/.git" -prune -o -path "$REPO_DIR/.venv" -prune \
+    -o -path "$REPO_DIR/.cache" -prune -o -type f \( -name 'Containerfile*' -o -name 'Dockerfile*' \) -print)
+  (( ${#files[@]} > 0 ))
+  run hadolint --no-color "${files[@]}"
+  echo "$output"
+  [ "$status" -eq 0 ]
+}
+
 @test "ruff: py/ and tests/py lint clean and formatted (config in py/pyproject.toml)" {
   cd "$REPO_DIR/py"
   run ruff check --no-cache . ../tests/py

@@ -356,3 +356,28 @@ def test_image_info_reads_the_built_image(cpu_image):
     assert info["labels"]["maxtext-launcher.lock-sha256"] == lock_sha
     assert info["os"] == "Debian GNU/Linux 12 (bookworm)"
     assert info["rocm"] is None and info["cuda"] is None
+
+
+def test_the_gpu_containerfile_builds_on_the_cpu_image(cpu_image):
+    """Every step of configs/containers/Containerfile.gpu, run for real on a Debian base that has a venv
+    (a vendor base needs a registry): its apt and pip steps, the lock's pins, its labels."""
+    from jobkit.image_info import host_run_args
+
+    tag = f"localhost/maxtext-gpu-check:{os.getpid()}"
+    try:
+        built = subprocess.run(
+            ["podman", "build", "--format", "docker", "-f", str(REPO / "configs" / "containers" / "Containerfile.gpu"),
+             "--build-arg", f"BASE_IMAGE={cpu_image}", *host_run_args("podman"), "-t", tag, str(REPO)],
+            capture_output=True, text=True, timeout=900,
+        )  # fmt: skip
+        assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
+        assert "SHELL is not supported" not in built.stderr
+        labels = json.loads(podman("image", "inspect", "--format", "{{json .Labels}}", tag, check=True).stdout)
+        assert labels["maxtext-launcher.image"] == "gpu" and labels["maxtext-launcher.base"] == cpu_image
+        tools = podman(
+            "run", "--rm", *host_run_args("podman"), tag, "bash", "-c", "py-spy --version; prometheus --version"
+        )
+        assert tools.returncode == 0, tools.stderr
+        assert "py-spy 0.4" in tools.stdout and "prometheus, version" in tools.stdout + tools.stderr
+    finally:
+        podman("rmi", "-f", tag)
