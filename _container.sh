@@ -74,7 +74,8 @@ _CONTAINER_ENV_ALLOWLIST=(
 )
 # Deliberately not on the list (tests/bats/container.bats keeps these two lists honest against the README
 # and the training tier's sources): JOB_WORKSPACE and DATASET_DIR are mounts; CONTAINER_RUNTIME,
-# DOCKER_IMAGE, DOCKER_REGISTRY choose the container; JAX_CACHE_DIR and VENV_DIR are host paths (the cache
+# DOCKER_IMAGE, DOCKER_REGISTRY choose the container; CONTAINER_NOFILE, CONTAINER_RUN_EXTRA_ARGS and
+# CONTAINER_STOP_TIMEOUT say how it is run; JAX_CACHE_DIR and VENV_DIR are host paths (the cache
 # is <workspace>/.jax_cache on the /outputs mount, the image brings its Python); XLA_FLAGS is the image's
 # own (change it per job with _env_XLA_FLAGS or TUNE_PROFILE); TMPDIR and USER are the container's own.
 

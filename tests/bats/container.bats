@@ -250,6 +250,7 @@ host_args() {
 
 # Names that do not cross on purpose (the comment under the allow-list in _container.sh says why):
 HOST_ONLY="DATASET_DIR CONTAINER_RUNTIME DOCKER_IMAGE DOCKER_REGISTRY"   # mounts and the choice of container
+HOST_ONLY+=" CONTAINER_NOFILE CONTAINER_RUN_EXTRA_ARGS CONTAINER_STOP_TIMEOUT"   # how the container is run
 HOST_ONLY+=" JAX_CACHE_DIR VENV_DIR"                  # host paths; the container has its own
 HOST_ONLY+=" XLA_FLAGS TMPDIR USER"                   # the image's / the container's own
 HOST_ONLY+=" OUTPUT_PATH TB_BRIDGE_PARENT_PID"        # set inside the training tier itself
