@@ -18,6 +18,7 @@ import click
 
 from jobkit import failures, gpu, logparse, tgs
 from jobkit.mfu import ENV_PEAK
+from jobkit.nodelist import expand_nodelist
 from jobkit.peaks import PEAK_TFLOPS, format_row
 
 EXIT_BAD_INPUT, EXIT_NO_STEPS, EXIT_NO_NNODES = 1, 2, 3
@@ -191,7 +192,10 @@ def mfu_command(show_all):
 def why_command(logfile, status, exit_code):
     """Classify why the run in LOGFILE failed."""
     log = _load("why", logfile)
-    found = failures.classify(failures.read_tail(logfile), status, exit_code, has_steps=bool(log.entries))
+    nodes = expand_nodelist(log.header.get("JOB_NODELIST", ""))
+    found = failures.classify(failures.read_tail(logfile), status, exit_code, has_steps=bool(log.entries), nodes=nodes)
     click.echo(found.label)
     if found.evidence:
         click.echo(f"  evidence: {found.evidence}")
+    if found.host:
+        click.echo(f"  host: {found.host}")

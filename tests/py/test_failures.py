@@ -1,5 +1,7 @@
 """Failure classification on recorded failing runs, and rule order."""
 
+from pathlib import Path
+
 import pytest
 from conftest import JOBKIT_LOGS
 
@@ -83,3 +85,63 @@ def test_read_tail_is_bounded(tmp_path):
     big = tmp_path / "big.log"
     big.write_text("x" * 1000 + "END")
     assert failures.read_tail(big, 10) == "xxxxxxxEND"
+
+
+FAILURES = Path(__file__).resolve().parents[1] / "fixtures" / "failures"
+NODES = ["node1", "node2"]
+
+
+@pytest.mark.parametrize(
+    ("name", "status", "exit_code", "reason", "host"),
+    [
+        ("rocm-queue-abort-hsa-exception.log", "FAILED", 134, "gpu-hardware", "node2"),
+        ("rocm-memory-access-fault.log", "FAILED", 134, "gpu-hardware", "node1"),
+        ("nvidia-xid-fallen-off-the-bus.log", "FAILED", 1, "gpu-hardware", "node2"),
+        ("cuda-uncorrectable-ecc.log", "FAILED", 1, "gpu-hardware", "node1"),
+        ("slurm-node-failure.log", "CANCELLED", 143, "node-fail", "node2"),
+        ("slurm-preemption.log", "CANCELLED", 143, "preempted", ""),
+        ("nccl-ib-completion-error.log", "FAILED", 1, "collective-error", "node2"),
+        ("nccl-ib-completion-error-old-format.log", "FAILED", 1, "collective-error", "node1"),
+        ("disk-full.log", "FAILED", 1, "disk-full", "node1"),
+        ("maxtext-ici-parallelism-mismatch.log", "FAILED", 1, "config-error", ""),
+        ("maxtext-parallelism-no-traceback.log", "FAILED", 1, "config-error", "node2"),
+        ("jax-heartbeat-unhealthy-task.log", "FAILED", 1, "distributed-timeout", "node2"),
+    ],
+)
+def test_recorded_cluster_failures_are_classed_with_the_host_they_blame(name, status, exit_code, reason, host):
+    text = (FAILURES / name).read_text()
+    found = failures.classify(text, status, exit_code, nodes=NODES)
+    assert (found.reason, found.host) == (reason, host), found
+    # The evidence is the deciding line itself (cut with "..." when long).
+    assert found.evidence.strip(".")[:60] in text, found.evidence
+
+
+def test_every_failure_fixture_is_in_the_table():
+    listed = {
+        line.split("`")[1] for line in (FAILURES / "README.md").read_text().splitlines() if line.startswith("| `")
+    }
+    on_disk = {p.name for p in FAILURES.glob("*.log")}
+    assert listed == on_disk
+
+
+def test_a_scheduler_ending_wins_over_the_cancelled_status_but_a_plain_cancel_stays_cancelled():
+    text = (FAILURES / "slurm-preemption.log").read_text()
+    assert failures.classify(text, "CANCELLED", 143).reason == "preempted"
+    plain = "slurmstepd: error: *** JOB 4244 ON node1 CANCELLED AT 2026-11-24T03:12:45 ***\n"
+    assert failures.classify(plain, "CANCELLED", 143).reason == "cancelled"
+
+
+def test_why_prints_the_blamed_host(tmp_path):
+    from click.testing import CliRunner
+
+    from jobkit.cli import main
+
+    log = tmp_path / "job.log"
+    header = "JOB_ID=7\nJOB_NAME=JAX-tiny\nNNODES=2\nJOB_NODELIST=gpu[07-08]\nMODEL_NAME=tiny\n"
+    log.write_text(header + (FAILURES / "rocm-queue-abort-hsa-exception.log").read_text())
+    result = CliRunner().invoke(main, ["why", str(log), "--status", "FAILED", "--exit-code", "134"])
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert lines[0] == "gpu-hardware"
+    assert "HSA_STATUS_ERROR_EXCEPTION" in lines[1]
+    assert lines[2] == "  host: gpu08"

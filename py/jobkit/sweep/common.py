@@ -18,10 +18,10 @@ from pathlib import Path
 import click
 
 from jobkit import clitypes
+from jobkit.nodelist import expand_nodelist
 from jobkit.sweep import state
 from jobkit.sweep.engine import Engine, Policy, SweepInterrupted, SweepStopped
 from jobkit.sweep.jobs import REPO_ROOT, LocalRunner, Runner, SlurmRunner
-from jobkit.sweep.watch import expand_nodelist
 
 EXIT_BAD_INPUT, EXIT_STOPPED = 1, 3
 # After the scheduler lets a job go, how long to wait for its log's JOB SUMMARY (shared filesystems lag).

@@ -11,7 +11,7 @@ The monitoring policy, as code (the batch-sweep seed's rules):
        hang while compiling                  -> done as a hang treated like OOM (silent compile OOM)
        hang before init / mid-training       -> retry once
        error blamed on one node (rank line)  -> exclude that node for the rest of the sweep, retry
-       transient classes (collectives, coordination timeouts, signals, node failure) -> retry
+       transient classes (collectives, coordination timeouts, signals, node failure, preemption) -> retry
        config classes                        -> done; two of them with no pass at all stop the sweep
      A point runs at most 1 + max_retries times. A third excluded node stops the sweep.
   4. Record "done" with the outcome, print its verdict line, and let the driver go on.
@@ -30,7 +30,9 @@ from jobkit.sweep import watch
 from jobkit.sweep.jobs import ENDED, PENDING, Handle, Outcome, Point, Runner, SubmitError
 from jobkit.sweep.state import INTERRUPTED, Sweep
 
-TRANSIENT = {"distributed-timeout", "collective-error", "killed-by-signal", "node-fail", "no-log", "time-limit"}
+TRANSIENT = {
+    "distributed-timeout", "collective-error", "killed-by-signal", "node-fail", "preempted", "no-log", "time-limit",
+}  # fmt: skip
 CONFIG = {"config-error", "unknown-xla-flag", "python-exception"}
 
 

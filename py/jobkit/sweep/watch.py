@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from jobkit import failures, logparse, tgs
+from jobkit.nodelist import expand_nodelist
 
 STARTUP, COMPILE, TRAINING = "startup", "compile", "training"
 # MaxText prints this once the parameters exist; the first step follows after XLA compiles the train step.
@@ -75,44 +76,9 @@ def _who(parsed: logparse.JobLog | None, fallback_model: str, job_id: str) -> st
     return f"{model} {nodes}N (job {header.get('JOB_ID') or job_id})"
 
 
-def expand_nodelist(text: str) -> list[str]:
-    """`node[1-3,7],gpu5` -> [node1, node2, node3, node7, gpu5] (Slurm's bracket ranges, one level)."""
-    out: list[str] = []
-    depth, part = 0, ""
-    for ch in text + ",":
-        if ch == "," and depth == 0:
-            if part:
-                out.extend(_expand_one(part))
-            part = ""
-            continue
-        depth += ch == "["
-        depth -= ch == "]"
-        part += ch
-    return out
-
-
-def _expand_one(item: str) -> list[str]:
-    if "[" not in item:
-        return [item]
-    prefix, rest = item.split("[", 1)
-    ranges, suffix = rest.split("]", 1)
-    names = []
-    for r in ranges.split(","):
-        lo, _, hi = r.partition("-")
-        if hi:
-            width = len(lo)
-            names += [f"{prefix}{i:0{width}d}{suffix}" for i in range(int(lo), int(hi) + 1)]
-        else:
-            names.append(f"{prefix}{lo}{suffix}")
-    return names
-
-
 def blamed_node(evidence: str, nodelist: list[str]) -> str | None:
-    """The node whose rank prefix (`3: ...`) starts the evidence line, when the job ran on several nodes."""
-    head = evidence.split(":", 1)[0].strip()
-    if len(nodelist) > 1 and head.isdigit() and int(head) < len(nodelist):
-        return nodelist[int(head)]
-    return None
+    """The node an evidence line blames (see failures.host_in_line), when the job ran on several nodes."""
+    return failures.host_in_line(evidence, nodelist) if len(nodelist) > 1 else None
 
 
 def verdict(log: Path | None, model: str, job_id: str, scheduler_state: str | None = None) -> Verdict:
