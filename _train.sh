@@ -49,6 +49,19 @@ _record_environment() {
   env | LC_ALL=C sort | sed -E 's/^([^=]*(TOKEN|SECRET|PASSWORD|PASSWD|API_KEY)[^=]*)=.*/\1=***/I' >"$file"
 }
 
+# The hang watchdog (py/jobkit/hang_watchdog.py) follows the job log beside training on every node, and on a
+# hang captures stacks into the job dir's hang/ and stops training. Started before training is exec'd, so it
+# outlives this script; it finds training by JOB_ID and NODE_RANK and ends when training does.
+_start_hang_watchdog() {
+  if [[ ${HANG_TIMEOUT:-} =~ ^(off|0|false|no)$ ]]; then
+    echo "[_train] hang watchdog: off (HANG_TIMEOUT=$HANG_TIMEOUT)"
+    return 0
+  fi
+  "$1" "$SCRIPT_DIR/py/bin/jobkit" hang-watchdog --log "$JOB_WORKSPACE/$JOB_DIR.log" \
+    --job-dir "$JOB_WORKSPACE/$JOB_DIR" </dev/null &
+  echo "[_train] hang watchdog: pid $! (HANG_TIMEOUT=${HANG_TIMEOUT:-300} s floor, before step 0 ${HANG_COMPILE_TIMEOUT:-3600} s, x${HANG_STEP_FACTOR:-10} median step, HANG_ACTION=${HANG_ACTION:-cancel})"
+}
+
 main() {
   case ${1:-} in
     ""|-h|--help) _usage; [[ -n ${1:-} ]] && exit 0; exit 2 ;;
@@ -109,6 +122,16 @@ main() {
   _record_environment
 
   local python=${TRAIN_PYTHON:-python3}
+  # Exit 2 is a bad HANG_* setting (the job stops here); anything else means this interpreter cannot run
+  # jobkit (an image without click): training still runs, without the watchdog.
+  local check=0
+  "$python" "$SCRIPT_DIR/py/bin/jobkit" hang-watchdog --check || check=$?
+  if (( check == 2 )); then exit 2; fi
+  if (( check == 0 )); then
+    _start_hang_watchdog "$python"
+  else
+    echo "[_train] warning: $python cannot run jobkit (exit $check): no hang watchdog for this job"
+  fi
   echo "[_train] node $NODE_RANK/$NNODES: OUTPUT_PATH=$OUTPUT_PATH"
   echo "[_train] XLA_FLAGS=$XLA_FLAGS"
   echo "[_train] jobkit launch configs/$MODEL_NAME.yml ${defaults[*]} ${MAXTEXT_ARGS[*]}"

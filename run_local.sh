@@ -107,6 +107,11 @@ main() {
     "$SCRIPT_DIR/utils/setup_env.sh" --tools || echo "$_PROG: warning: no jobkit tools on this host; the job runs, without the TGS verdict line" >&2
   fi
 
+  # HANG_* settings reach the training tier; checked here by the watchdog's own parser, before the job exists.
+  local check=0
+  "$(proc_jobkit "$SCRIPT_DIR")" hang-watchdog --check || check=$?
+  (( check != 2 )) || exit 2
+
   # --- The job exists from here on. ---
   JOB_DIR=$JOB_ID-$JOB_NAME
   local log_file=$JOB_WORKSPACE/$JOB_DIR.log
@@ -147,9 +152,11 @@ main() {
   if (( cancelled )); then rc=$cancelled; fi
 
   local status
-  status=$(job_status_word "$rc" "$(( cancelled ? 1 : 0 ))")
+  status=$(job_status_word "$rc" "$(( cancelled ? 1 : 0 ))" "$JOB_WORKSPACE/$JOB_DIR")
   (( rc == 0 )) || print_oom_kill_note "$oom_before"
-  print_job_summary "$JOB_ID" "$JOB_NAME" "$MODEL_NAME" "$NNODES" $((SECONDS - start)) "$rc" "$status"
+  local detail=""
+  [[ $status == HANG ]] && detail="$(<"$JOB_WORKSPACE/$JOB_DIR/hang/HANG")"
+  print_job_summary "$JOB_ID" "$JOB_NAME" "$MODEL_NAME" "$NNODES" $((SECONDS - start)) "$rc" "$status" "$detail"
   _print_tgs_line "$log_file" "$status" "$rc"
   exec >&- 2>&-
   wait "$tee_pid" 2>/dev/null || true

@@ -21,7 +21,7 @@ set -euo pipefail
 
 SCRIPT_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 CONFIGS_DIR=$SCRIPT_DIR/configs
-for _lib in launch_args resolve_model container_runtime artifact stage_timeout workspace; do
+for _lib in launch_args resolve_model container_runtime artifact stage_timeout workspace process; do
   # shellcheck source=/dev/null
   source "$SCRIPT_DIR/utils/lib/$_lib.sh"
 done
@@ -168,6 +168,10 @@ main() {
     "$SCRIPT_DIR/utils/setup_env.sh" --tools || _say "warning: no jobkit tools on this host; the job runs, without the TGS verdict line"
   fi
   export VENV_DIR=${VENV_DIR:-$SCRIPT_DIR/.venv}
+  # HANG_* settings reach every node's training tier; checked here by the watchdog's own parser.
+  local check=0
+  "$(proc_jobkit "$SCRIPT_DIR")" hang-watchdog --check || check=$?
+  (( check != 2 )) || exit 2
   local -a extra_sbatch=()
   local reservation
   reservation=$(_active_reservation)

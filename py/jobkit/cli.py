@@ -23,7 +23,7 @@ from jobkit.peaks import PEAK_TFLOPS, format_row
 
 EXIT_BAD_INPUT, EXIT_NO_STEPS, EXIT_NO_NNODES = 1, 2, 3
 REPO_ROOT = Path(__file__).resolve().parents[2]
-STATUSES = ("SUCCESS", "FAILED", "CANCELLED")
+STATUSES = ("SUCCESS", "FAILED", "CANCELLED", "HANG")
 
 
 def _fail(command: str, message: str, code: int):
@@ -83,6 +83,7 @@ SUBCOMMANDS = {
     "ray-start": "jobkit.ray_start:command",
     "sweep": "jobkit.sweep.cli:group",
     "image-info": "jobkit.image_info:command",
+    "hang-watchdog": "jobkit.hang_watchdog:command",
 }
 
 

@@ -25,8 +25,12 @@ SCHEDULER_RULES: list[tuple[str, re.Pattern[str]]] = [
     ("preempted", re.compile(r"CANCELLED AT \S+ DUE TO PREEMPTION", re.M)),
 ]
 # (reason, pattern); first match wins.
+# The hang watchdog's own line (py/jobkit/hang_watchdog.py). It stops training with TERM, so the exit code
+# alone would read as a cancel; only a job that a person cancelled (status CANCELLED) is not called a hang.
+HANG_RULE = ("hang", re.compile(r"^(?:\s*\d+: )?== HANG detected \(phase (\w+)", re.M))
 RULES: list[tuple[str, re.Pattern[str]]] = [
     *SCHEDULER_RULES,
+    HANG_RULE,
     ("cancelled", re.compile(r"\*\*\* (?:JOB|STEP) \S+ ON \S+ CANCELLED AT", re.M)),
     (
         # The GPU itself failed: ROCm's runtime aborting a queue (HSA_STATUS_ERROR_*), a GPU memory access
@@ -158,12 +162,13 @@ def classify(
 ) -> Failure:
     """Reason a run failed, from its log text plus what the caller knows. NODES (rank order) lets the
     failure name the host a rank- or task-numbered line blames."""
-    for reason, pattern in SCHEDULER_RULES:
+    early = SCHEDULER_RULES if (status or "").upper() == "CANCELLED" else [*SCHEDULER_RULES, HANG_RULE]
+    for reason, pattern in early:
         m = pattern.search(text)
         if m:
-            return Failure(
-                reason, evidence=_line_at(text, m.start()), host=_blamed_host(reason, text, m.start(), nodes)
-            )
+            detail = m.group(1) if reason == "hang" else ""
+            evidence = _line_at(text, m.start())
+            return Failure(reason, detail, evidence, host=_blamed_host(reason, text, m.start(), nodes))
     if (status or "").upper() == "CANCELLED" or exit_code in CANCEL_EXIT_CODES:
         return Failure(
             "cancelled", evidence=f"exit code {exit_code}" if exit_code in CANCEL_EXIT_CODES else f"status {status}"
@@ -179,6 +184,8 @@ def classify(
         if reason == "killed-by-signal":
             sig = _SIGNAME.search(m.group(0))
             detail = sig.group(0) if sig else (_signal_name(exit_code - 128) if exit_code and exit_code > 128 else "")
+        elif reason == "hang":
+            detail = m.group(1)
         elif reason == "python-exception":
             names = _EXC_LINE.findall(text, m.end())
             detail = names[-1].rsplit(".", 1)[-1] if names else ""

@@ -23,7 +23,7 @@ _FIELDS = {
     "loss": re.compile(rf"(?:^|[\s,])loss: {_NUM}"),
 }
 _CONFIG_PARAM = re.compile(r"Config param (?P<key>[A-Za-z0-9_]+): (?P<value>.*)$")
-_STATUS = re.compile(r"Status:\s*(?P<status>SUCCESS|FAILED|CANCELLED)\s*\(exit (?P<rc>-?\d+)\)")
+_STATUS = re.compile(r"Status:\s*(?P<status>SUCCESS|FAILED|CANCELLED|HANG)\s*\(exit (?P<rc>-?\d+)\)")
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 

@@ -36,10 +36,12 @@ print_job_header() {
   done
 }
 
-# job_status_word EXIT_CODE CANCELLED(0|1) -> SUCCESS | FAILED | CANCELLED
+# job_status_word EXIT_CODE CANCELLED(0|1) [JOB_DIR] -> SUCCESS | FAILED | CANCELLED | HANG
+# HANG: training failed after the hang watchdog wrote JOB_DIR/hang/HANG (py/jobkit/hang_watchdog.py).
 job_status_word() {
   if (( $2 )); then echo CANCELLED
   elif (( $1 == 0 )); then echo SUCCESS
+  elif [[ -n ${3:-} && -f $3/hang/HANG ]]; then echo HANG
   else echo FAILED
   fi
 }

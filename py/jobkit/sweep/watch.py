@@ -103,5 +103,9 @@ def verdict(log: Path | None, model: str, job_id: str, scheduler_state: str | No
     if status is None and scheduler_state:
         detail = f"scheduler state {scheduler_state}, no JOB SUMMARY in the log"
         found = failures.Failure("node-fail" if "NODE_FAIL" in scheduler_state else found.reason, "", detail)
+    if found.reason == "hang":
+        # The job's own hang watchdog stopped it: the same outcome as the sweep noticing the hang itself.
+        line = f"{who}: HANG during {found.detail} (the job's watchdog: {found.evidence.strip('= ')}) — FAIL"
+        return Verdict("HANG", "hang", found.detail, nodes, None, None, None, None, line)
     line = f"{who}: {found.reason.upper() if found.reason == 'oom' else found.label} — FAIL"
     return Verdict("FAIL", found.reason, found.evidence or found.detail, nodes, None, None, None, None, line)

@@ -1,0 +1,271 @@
+"""The hang watchdog: its settings and limits, the watchdog itself against a real stand-in process and real
+py-spy, and real jobs (run_local.sh, and a 2-node Slurm job) whose training the test freezes with SIGSTOP."""
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from job_observation import TRAINING_CMDLINE, header, live_processes_of
+from slurm_cluster import job_env, local_cluster  # noqa: F401  (local_cluster: the session fixture)
+
+from jobkit import hang_watchdog as hw
+
+REPO = Path(__file__).resolve().parents[2]
+HOST = socket.gethostname().split(".")[0]
+
+
+# ------------------------------------------------------------------------------------------- settings, limits
+
+
+def test_settings_defaults_and_overrides():
+    assert hw.Settings.from_env({}) == hw.Settings(300.0, 3600.0, 10.0, "cancel", True)
+    got = hw.Settings.from_env(
+        {"HANG_TIMEOUT": "60", "HANG_COMPILE_TIMEOUT": "900", "HANG_STEP_FACTOR": "4", "HANG_ACTION": "Report"}
+    )
+    assert got == hw.Settings(60.0, 900.0, 4.0, "report", True)
+    for off in ("off", "0", "OFF"):
+        assert hw.Settings.from_env({"HANG_TIMEOUT": off}).enabled is False
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        (
+            {"HANG_TIMEOUT": "abc"},
+            "HANG_TIMEOUT=abc is not a positive number of seconds; e.g. HANG_TIMEOUT=300, or off",
+        ),
+        ({"HANG_COMPILE_TIMEOUT": "-5"}, "HANG_COMPILE_TIMEOUT=-5 is not a positive number of seconds"),
+        ({"HANG_STEP_FACTOR": "0"}, "HANG_STEP_FACTOR=0 is not a positive number"),
+        ({"HANG_ACTION": "kill"}, "HANG_ACTION=kill is not cancel or report; e.g. HANG_ACTION=cancel"),
+    ],
+)
+def test_bad_settings_are_one_line_errors(env, message):
+    with pytest.raises(hw.SettingsError, match=re.escape(message)):
+        hw.Settings.from_env(env)
+
+
+def test_limit_is_the_compile_allowance_first_then_a_multiple_of_the_median_step_with_a_floor():
+    settings = hw.Settings(floor=30, compile_allowance=1200, factor=10)
+    progress = hw.Progress(None, changed_at=0)
+    assert hw.limit(settings, progress) == 1200
+    progress.feed("completed step: 0, seconds: 95.0, loss: 9.1", 1)
+    progress.feed("completed step: 1, seconds: 40.0, loss: 9.0", 2)
+    assert hw.limit(settings, progress) == 300, "steps 0-1 (compile) are not a step time: a quarter of the allowance"
+    for step, secs in ((2, 1.0), (3, 9.0), (4, 2.0)):
+        progress.feed(f"completed step: {step}, seconds: {secs}, loss: 8", 3)
+    assert hw.limit(settings, progress) == 30, "10 x median 2.0 s is below the floor"
+    for step in range(5, 12):
+        progress.feed(f"completed step: {step}, seconds: 6.5, loss: 8", 4)
+    assert hw.limit(settings, progress) == 65
+    assert (progress.last_step, progress.changed_at, progress.phase) == (11, 4, "training")
+
+
+def test_progress_reads_only_its_own_rank_and_only_new_steps():
+    progress = hw.Progress("1", changed_at=0)
+    progress.feed("0: I1124 metric_logger.py:265] completed step: 7, seconds: 1.0, loss: 8", 5)
+    progress.feed("10: I1124 metric_logger.py:265] completed step: 9, seconds: 1.0, loss: 8", 6)
+    assert progress.last_step is None and progress.phase == "startup"
+    progress.feed("1: Memstats: After params initialized:", 7)
+    assert progress.phase == "compile"
+    progress.feed("1: I1124 metric_logger.py:265] completed step: 3, seconds: 1.0, loss: 8", 8)
+    progress.feed("1: I1124 metric_logger.py:265] completed step: 3, seconds: 1.0, loss: 8", 9)
+    assert (progress.last_step, progress.changed_at) == (3, 8), "a repeated step is not progress"
+
+
+def test_log_follower_keeps_a_partial_line_for_later(tmp_path):
+    log = tmp_path / "job.log"
+    log.write_text("a\nb")
+    follower = hw.LogFollower(log)
+    assert follower.new_lines() == ["a"]
+    with log.open("a") as fh:
+        fh.write("c\nd\n")
+    assert follower.new_lines() == ["bc", "d"]
+    assert follower.new_lines() == []
+
+
+# ------------------------------------------------------------------- the watchdog against a real stand-in process
+
+
+def stand_in_training(job_id, rank="0"):
+    """A Python process that looks like training to the watchdog (`... jobkit launch` in its command line,
+    JOB_ID and NODE_RANK in its environment) and sits in a function the stacks must show."""
+    code = "import time\ndef waiting_for_a_collective():\n    time.sleep(600)\nwaiting_for_a_collective()\n"
+    env = {**os.environ, "JOB_ID": job_id, "NODE_RANK": rank}
+    return subprocess.Popen([sys.executable, "-c", code, "jobkit", "launch"], env=env)
+
+
+def run_watchdog(tmp_path, job_id, settings, lines, nnodes=1):
+    log = tmp_path / "job.log"
+    log.write_text("".join(lines))
+    dog = hw.Watchdog(settings, log, tmp_path / "job" / "hang", job_id, "0", nnodes, "hostA", interval=0.2)
+    return dog, dog.run()
+
+
+def test_a_silent_training_process_is_declared_hung_its_stacks_captured_and_it_is_stopped(tmp_path):
+    job_id = f"hwtest-{os.getpid()}"
+    proc = stand_in_training(job_id)
+    try:
+        steps = [f"completed step: {s}, seconds: 0.05, loss: 8.0\n" for s in range(6)]
+        t0 = time.monotonic()
+        dog, rc = run_watchdog(tmp_path, job_id, hw.Settings(floor=1.0, compile_allowance=60, factor=5), steps)
+        took = time.monotonic() - t0
+        assert rc == 3
+        assert proc.wait(timeout=15) == -signal.SIGTERM
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert dog.declared
+    hang = tmp_path / "job" / "hang"
+    marker = (hang / "HANG").read_text()
+    assert re.fullmatch(r"phase training, last step 5, \d+ s since, noticed on hostA \(rank 0\)\n", marker), marker
+    stacks = (hang / "hostA.txt").read_text()
+    assert stacks.startswith("HANG on hostA (rank 0): phase training, last step 5")
+    assert f"pid {proc.pid}, state S" in stacks
+    assert "[py-spy --native]" in stacks and "waiting_for_a_collective" in stacks, stacks
+    assert 1.0 < took < 30, took
+
+
+def test_report_action_records_but_leaves_training_running(tmp_path):
+    job_id = f"hwtest-report-{os.getpid()}"
+    proc = stand_in_training(job_id)
+    result = {}
+    try:
+        settings = hw.Settings(floor=1.0, compile_allowance=60, factor=5, action="report")
+        lines = [f"completed step: {s}, seconds: 0.05, loss: 8.0\n" for s in range(4)]
+        thread = threading.Thread(target=lambda: result.update(rc=run_watchdog(tmp_path, job_id, settings, lines)[1]))
+        thread.start()
+        hang = tmp_path / "job" / "hang"
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not (hang / "hostA.txt").exists():
+            time.sleep(0.2)
+        assert (hang / "hostA.txt").exists()
+        time.sleep(1)
+        assert proc.poll() is None, "report leaves training alone"
+    finally:
+        proc.kill()
+        proc.wait()
+    thread.join(timeout=10)
+    assert result == {"rc": 0}, "the watchdog ends with training"
+
+
+def test_a_marker_from_another_node_makes_this_node_capture_its_stacks_at_once(tmp_path):
+    job_id = f"hwtest-peer-{os.getpid()}"
+    proc = stand_in_training(job_id)
+    hang = tmp_path / "job" / "hang"
+    hang.mkdir(parents=True)
+    (hang / "HANG").write_text("phase training, last step 40, 300 s since, noticed on hostB (rank 1)\n")
+    (hang / "hostB.txt").write_text("stacks of hostB\n")
+    try:
+        # This node's own limit is far away (an hour): only the peer's marker can make it act.
+        settings = hw.Settings(floor=3600, compile_allowance=3600, factor=10)
+        dog, rc = run_watchdog(tmp_path, job_id, settings, ["completed step: 3, seconds: 0.1, loss: 8\n"], nnodes=2)
+        assert rc == 3 and not dog.declared
+        assert proc.wait(timeout=15) == -signal.SIGTERM
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert "HANG on hostA (rank 0): phase training, last step 40" in (hang / "hostA.txt").read_text()
+
+
+# ------------------------------------------------------------------------------------------------ real jobs
+
+
+def training_pids(job_id, rank=None):
+    pids = live_processes_of(job_id, TRAINING_CMDLINE)
+    if rank is None:
+        return pids
+    return [p for p in pids if f"NODE_RANK={rank}".encode() in Path(f"/proc/{p}/environ").read_bytes().split(b"\0")]
+
+
+def test_run_local_training_frozen_mid_run_ends_as_hang_with_stacks(tmp_path):
+    workspace = tmp_path / "ws"
+    env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "JAX_PLATFORMS", "VIRTUAL_ENV")}
+    env.update(JOB_WORKSPACE=str(workspace), CONTAINER_RUNTIME="none", HANG_TIMEOUT="4", HANG_STEP_FACTOR="5")
+    proc = subprocess.Popen(
+        [str(REPO / "run_local.sh"), "tiny", "--", "steps=100000"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        job_id = proc.stdout.readline().strip().split("=", 1)[1]
+        for line in proc.stdout:
+            if "completed step: 5," in line:
+                break
+        (pid,) = training_pids(job_id)
+        os.kill(pid, signal.SIGSTOP)
+        frozen_at = time.monotonic()
+        rest, _ = proc.communicate(timeout=120)
+        took = time.monotonic() - frozen_at
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 143, rest[-3000:]
+    hang_line = re.search(r"^== HANG detected \(phase training, last step (\d+), (\d+) s since\) ==$", rest, re.M)
+    assert hang_line, rest[-3000:]
+    assert int(hang_line.group(1)) >= 5
+    assert re.search(r"Status: HANG \(exit 143\) — phase training, last step \d+", rest)
+    assert re.search(r"— FAIL \(hang\)$", rest, re.M)
+    assert 4 < took < 60, took
+    log = next(workspace.glob("local_*.log"))
+    job_dir = log.with_suffix("")
+    stacks = (job_dir / "hang" / f"{HOST}.txt").read_text()
+    assert f"pid {pid}, state T (stopped)" in stacks
+    assert "[py-spy --nonblocking]" in stacks and "jobkit launch" in stacks and "Thread " in stacks, stacks
+    why = subprocess.run([str(REPO / ".venv" / "bin" / "jobkit"), "why", str(log)], capture_output=True, text=True)
+    assert why.stdout.splitlines()[0] == "hang: training"
+    assert live_processes_of(job_id) == []
+    assert header(log.read_text())["JOB_ID"] == job_id
+
+
+def test_two_node_job_with_one_rank_frozen_gets_both_hosts_stacks_and_ends_as_hang(local_cluster, tmp_path):  # noqa: F811
+    env = job_env(local_cluster, tmp_path / "ws", tmp_path / "jax_cache")
+    env.update(HANG_TIMEOUT="5", HANG_STEP_FACTOR="5")
+    submitted = subprocess.run(
+        [str(REPO / "submit.sh"), "tiny", "-N", "2", "--", "steps=100000"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert submitted.returncode == 0, submitted.stdout + submitted.stderr
+    job_id = re.search(r"Submitted job (\d+)", submitted.stdout).group(1)
+    log = Path(re.search(r"^  log: +(\S+)$", submitted.stdout, re.M).group(1))
+    try:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            text = log.read_text() if log.exists() else ""
+            if re.search(r"^1: .*completed step: 3,", text, re.M) and re.search(
+                r"^0: .*completed step: 3,", text, re.M
+            ):
+                break
+            time.sleep(0.5)
+        else:
+            pytest.fail("both ranks never reached step 3")
+        (pid,) = training_pids(job_id, rank=1)
+        os.kill(pid, signal.SIGSTOP)
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline and not re.search(r" — FAIL \(hang\)$", log.read_text(), re.M):
+            time.sleep(1)
+        text = log.read_text()
+    finally:
+        local_cluster.run(["scancel", job_id], check=False)
+        for pid in training_pids(job_id):
+            os.kill(pid, signal.SIGKILL)
+    assert re.search(r"^\d: == HANG detected \(phase training, last step \d+, \d+ s since\) ==$", text, re.M), text[
+        -4000:
+    ]
+    assert re.search(r"Status: HANG \(exit \d+\) — phase training", text), text[-3000:]
+    hang = log.with_suffix("") / "hang"
+    assert sorted(p.name for p in hang.glob("*.txt")) == ["node1.txt", "node2.txt"]
+    assert "state T (stopped)" in (hang / "node2.txt").read_text()
+    node1 = (hang / "node1.txt").read_text()
+    assert "Thread " in node1 and "state T" not in node1, node1
