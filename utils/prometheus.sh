@@ -10,6 +10,8 @@
 #             Prints path and version.
 #   list      one line per job of the workspace (default $JOB_WORKSPACE, else <repo>/outputs) that holds a
 #             TSDB: job dir name, size, time range of the data. Offline: reads block meta.json and WAL times.
+#             A job stopped before its teardown finished (scancel, time limit, kill -9) left its TensorBoard
+#             backfill pending: list and view complete it first, and say so.
 #   view      serves a finished job's TSDB for browsing on 127.0.0.1 (port 9190 or the next free one), in the
 #             foreground until Ctrl-C. <job> is a job id prefix or job dir name in the workspace, or a path
 #             to a job dir or to its prometheus/ dir. No scrape targets; 10y retention (retention counts from

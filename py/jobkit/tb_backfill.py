@@ -27,9 +27,10 @@ import shutil
 import socket
 import subprocess
 import tempfile
+import time
 import urllib.request
 
-from jobkit import procfs, promserver
+from jobkit import log_steps, procfs, promserver
 from jobkit.tb_events import EVENT_PREFIX, STEP_METRIC, CorruptRecord, Fold, ScalarReader, find_event_files
 from jobkit.tb_serve import STEP_HELP, scalar_help
 
@@ -203,10 +204,80 @@ def persist_head(tsdb, prometheus, log, ready_timeout=300):
     return moved
 
 
+# The backfill's bookkeeping in the TSDB dir. A RAY=1 job records what its teardown will backfill (PENDING) as
+# soon as its Prometheus runs; a finished backfill writes DONE. A job killed before its teardown finished (a
+# scancel past KillWait, a time limit, kill -9) leaves PENDING without DONE, and every later reader of the TSDB
+# (`jobkit tsdb view`, `prometheus.sh list`, `jobkit tb-bridge complete`) completes the backfill first.
+PENDING = "tb_backfill.pending.json"
+DONE = "tb_backfill.done.json"
+
+
+def _write_json(path, data):
+    tmp = f"{path}.tmp.{os.getpid()}"
+    with open(tmp, "w") as fh:
+        json.dump(data, fh, indent=1)
+        fh.write("\n")
+    os.replace(tmp, path)  # rename is atomic: a reader sees the old record or the new one, never half
+
+
+def record_pending(logdir, tsdb, label_pairs=(), host=None, job_log=None):
+    """Remember what the teardown will backfill, so that a reader can do it if the teardown never runs."""
+    if not os.path.isdir(tsdb):
+        raise BackfillError(f"TSDB dir {tsdb} does not exist")
+    record = {"logdir": os.path.abspath(logdir), "labels": list(label_pairs), "host": host, "recorded": time.time(),
+              "job_log": os.path.abspath(job_log) if job_log else None}  # fmt: skip
+    _write_json(os.path.join(tsdb, PENDING), record)
+
+
+def pending(tsdb):
+    """The recorded backfill that has not been done, or None."""
+    if os.path.exists(os.path.join(tsdb, DONE)):
+        return None
+    try:
+        with open(os.path.join(tsdb, PENDING)) as fh:
+            return json.load(fh)
+    except (OSError, ValueError):
+        return None
+
+
+def complete_pending(tsdb, promtool=None, prometheus=None, out=print):
+    """Runs the recorded backfill when it is still pending; True when it ran."""
+    todo = pending(tsdb)
+    if todo is None:
+        return False
+    out(f"completing the TensorBoard backfill the job's teardown did not finish ({tsdb})", flush=True)
+    logdir, job_log = todo["logdir"], todo.get("job_log")
+    has_events = os.path.exists(logdir) and find_event_files(logdir, 0)
+    if not has_events and not (job_log and os.path.exists(job_log)):
+        out(f"no TensorBoard event file under {logdir} and no job log: nothing to backfill", flush=True)
+        _mark_done(tsdb, samples=0, steps=0)
+        return True
+    backfill(logdir, tsdb, todo.get("labels", ()), todo.get("host"), 0, promtool, prometheus, out=out, job_log=job_log)
+    return True
+
+
+def _mark_done(tsdb, **facts):
+    _write_json(os.path.join(tsdb, DONE), {"at": time.time(), **facts})
+    try:
+        os.unlink(os.path.join(tsdb, PENDING))
+    except FileNotFoundError:
+        pass
+
+
 def backfill(
-    logdir, tsdb, label_pairs=(), host=None, since=0, promtool=None, prometheus=None, dry_run=False, out=print
+    logdir,
+    tsdb,
+    label_pairs=(),
+    host=None,
+    since=0,
+    promtool=None,
+    prometheus=None,
+    dry_run=False,
+    out=print,
+    job_log=None,
 ):
-    """The whole backfill; OUT prints progress (and, with DRY_RUN, the OpenMetrics text). Returns 0."""
+    """The whole backfill; OUT prints progress (and, with DRY_RUN, the OpenMetrics text). Returns 0.
+    JOB_LOG adds the steps rank 0's log lines show after the event files' last one (jobkit.log_steps)."""
 
     def log(msg):
         out(msg, flush=True)
@@ -214,12 +285,22 @@ def backfill(
     labels = parse_labels(label_pairs)
     host = host or labels.get("host") or socket.gethostname().split(".", 1)[0]
     final = scrape_labels(host, labels)
-    if not os.path.exists(logdir):
+    if not os.path.exists(logdir) and not job_log:
         raise BackfillError(f"no such log dir: {logdir}")
-    files = find_event_files(logdir, since)
-    if not files:
+    files = find_event_files(logdir, since) if os.path.exists(logdir) else []
+    if not files and not job_log:
         raise BackfillError(f"no TensorBoard event file ({EVENT_PREFIX}*) under {logdir}")
     series, _fold = collect_series(files, log=None if dry_run else log)
+    if job_log:
+        known = [v for _, v in series.get(STEP_METRIC, (None, []))[1]]
+        last = int(max(known)) if known else None
+        extra = log_steps.series_after(job_log, last)
+        if extra:
+            n = len(extra[STEP_METRIC][1])
+            log(
+                f"{n} step(s) after the event files' last ({last if last is not None else 'none'}) taken from {job_log}"
+            )
+            series = log_steps.merge(series, extra)
     samples = sum(len(points) for _, points in series.values())
     if dry_run:
         out(openmetrics_text(series, final), end="")
@@ -234,6 +315,7 @@ def backfill(
         raise BackfillError("promtool not found (PATH, /usr/bin); install Prometheus's promtool or pass --promtool")
     if not series:
         log(f"no scalar events in {len(files)} event file(s) under {logdir}: nothing to backfill")
+        _mark_done(tsdb, samples=0, steps=0)
         return 0
     if wal_has_data(tsdb):
         try:
@@ -248,6 +330,7 @@ def backfill(
         persist_head(tsdb, binary, log)
     _create_blocks(promtool, openmetrics_chunks(series, final, CHUNK_SAMPLES), tsdb)
     steps = len(series.get(STEP_METRIC, ("", []))[1])
+    _mark_done(tsdb, samples=samples, steps=steps)
     label_text = ",".join(f'{k}="{v}"' for k, v in sorted(final.items()))
     log(
         f"backfilled {samples} samples in {len(series)} series ({steps} steps) from {len(files)} event file(s) "

@@ -78,8 +78,30 @@ def serve_command(logdir, host, out, interval, parent_pid, since):
     help="prometheus binary, to persist the WAL first (default: $PROMETHEUS_BIN, PATH, /usr/bin/prometheus).",
 )
 @click.option("--dry-run", is_flag=True, help="Print the OpenMetrics text, touch nothing.")
-def backfill_command(logdir, tsdb, labels, host, since, promtool, prometheus, dry_run):
-    """Add every step of the event files to a stopped Prometheus's TSDB."""
-    from jobkit.tb_backfill import backfill
+@click.option(
+    "--record",
+    is_flag=True,
+    help="Only record these arguments in the TSDB as a pending backfill (done later by the teardown or a reader).",
+)
+@click.option("--job-log", help="The job log: rank 0's steps after the event files' last one are added from it.")
+def backfill_command(logdir, tsdb, labels, host, since, promtool, prometheus, dry_run, record, job_log):
+    """Add every step of the event files (and of the job log after them) to a stopped Prometheus's TSDB."""
+    from jobkit.tb_backfill import backfill, record_pending
 
-    sys.exit(_run("backfill", lambda: backfill(logdir, tsdb, labels, host, since, promtool, prometheus, dry_run)))
+    if record:
+        sys.exit(_run("backfill", lambda: record_pending(logdir, tsdb, labels, host, job_log) or 0))
+    sys.exit(
+        _run(
+            "backfill",
+            lambda: backfill(logdir, tsdb, labels, host, since, promtool, prometheus, dry_run, job_log=job_log),
+        )
+    )
+
+
+@group.command("complete")
+@click.option("--tsdb", required=True, help="The TSDB dir (e.g. <job_dir>/prometheus); its Prometheus stopped.")
+def complete_command(tsdb):
+    """Run a job's recorded TensorBoard backfill if its teardown did not (a no-op when done or never recorded)."""
+    from jobkit.tb_backfill import complete_pending
+
+    sys.exit(_run("complete", lambda: complete_pending(tsdb) and 0))

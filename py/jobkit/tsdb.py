@@ -86,6 +86,13 @@ def view(tsdb, port, data_range):
         _fail(str(e))
     if not binary:
         _fail("prometheus is not installed; run 'utils/prometheus.sh install'")
+    # A job stopped before its teardown finished has steps only in its TensorBoard files: add them first.
+    from jobkit.tb_backfill import BackfillError, complete_pending
+
+    try:
+        complete_pending(tsdb, prometheus=binary, out=lambda msg, **_: _say(msg))
+    except BackfillError as e:
+        _say(f"WARNING: the pending TensorBoard backfill failed ({e}); showing the TSDB without it")
     try:
         server = promserver.start(
             tsdb,

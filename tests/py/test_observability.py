@@ -215,6 +215,19 @@ def test_kill9_of_the_whole_job_keeps_a_viewable_tsdb(tmp_path, jax_cache):
     job_dir = workspace / log.name.removesuffix(".log")
     for pid in live_processes_of(job_id):  # e.g. a process forked during the sweep above
         os.kill(pid, signal.SIGKILL)
+    # The teardown never ran, so its TensorBoard backfill is still pending; the first reader completes it.
+    assert (job_dir / "prometheus" / "tb_backfill.pending.json").exists()
+    assert not (job_dir / "prometheus" / "tb_backfill.done.json").exists()
+    losses = event_losses(job_dir)
+    view = View(job_dir, free_port())
+    try:
+        # Every step the event file holds is in the TSDB, not only those the live bridge had scraped.
+        counted = view.query("count_over_time(tb_learning_loss[2h])", at=killed_at + 60)
+        assert [float(s["value"][1]) for s in counted] == [len(losses)], (counted, len(losses))
+    finally:
+        _, err = view.stop()
+    assert "completing the TensorBoard backfill the job's teardown did not finish" in err, err
+    assert (job_dir / "prometheus" / "tb_backfill.done.json").exists()
     with View(job_dir, free_port()) as view:
         up = view.query('timestamp(up{job="exporters"})', at=killed_at + 1)
         assert up and up[0]["metric"]["host"] == HOST, up

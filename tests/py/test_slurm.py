@@ -215,3 +215,47 @@ def test_two_node_ray_job_lands_both_hosts_in_one_tsdb(slurm_env):
         assert {s["metric"]["host"] for s in ray_nodes} == {"node1", "node2"}, ray_nodes
         loss = view.query("count_over_time(tb_learning_loss[1h])", at)
         assert [(s["metric"]["host"], s["value"][1]) for s in loss] == [("node1", str(steps))], loss
+
+
+def test_scancel_of_a_two_node_ray_job_loses_no_step_from_its_tsdb(slurm_env):
+    """scancel mid-run: every step the log shows reaches the TSDB, by the teardown within Slurm's KillWait or,
+    when that ran out, by the first reader of the TSDB (the pending backfill the job recorded)."""
+    result = submit(
+        slurm_env,
+        "tiny",
+        "-N",
+        "2",
+        "--",
+        "steps=100000",
+        extra_env={"RAY": "1", "EXPORTER_INTERVAL": "2", "TENSORBOARD": "0"},
+    )
+    assert result.returncode == 0, result.stderr
+    job_id = job_id_of(result)
+    log = log_of(result)
+    deadline = time.monotonic() + 480
+    while time.monotonic() < deadline:
+        text = log.read_text() if log.exists() else ""
+        if re.search(r"^0: .*completed step: 60,", text, re.M):
+            break
+        time.sleep(1)
+    else:
+        pytest.fail("rank 0 never reached step 60")
+    subprocess.run(["scancel", job_id], env=slurm_env, check=True)
+    state, text = wait_for_end(slurm_env, job_id, log, timeout=120)
+    assert "Status: CANCELLED (exit 143)" in text
+    deadline = time.monotonic() + 30
+    while live_processes_of(job_id) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    logged = sorted({int(m.group(2)) for m in STEP_RE.finditer(text) if m.group(1) == "0"})
+    assert len(logged) > 60
+
+    job_dir = Path(slurm_env["JOB_WORKSPACE"]) / log.name.removesuffix(".log")
+    view = View(job_dir, free_port())
+    try:
+        counted = view.query("count_over_time(tb_learning_loss[2h])", log.stat().st_mtime + 60)
+        newest = view.query("max_over_time(tb_step[2h])", log.stat().st_mtime + 60)
+    finally:
+        _, err = view.stop()
+    assert (job_dir / "prometheus" / "tb_backfill.done.json").exists(), err
+    assert [s["value"][1] for s in newest] == [str(logged[-1])], (newest, logged[-5:], err)
+    assert [s["value"][1] for s in counted] == [str(len(logged))], (counted, len(logged), err)

@@ -78,7 +78,7 @@ _obs_init() {
   _OBS=(
     [host]=${host%%.*} [job_path]=$JOB_WORKSPACE/$JOB_DIR [nice]=${OBS_NICE:-10} [cancelled]=0
     [ray]=off [ray_started]="" [ray_head_pid]="" [ray_sd_file]="" [dash_port]="" [prom_port]="" [tb_port]=""
-    [exporter_pid]="" [tb_pid]="" [child_pid]="" [sink]=""
+    [exporter_pid]="" [tb_pid]="" [child_pid]="" [sink]="" [record_pid]=""
     [ray_tmp]=/tmp/mxray-$(printf '%s' "${JOB_ID:-$$}" | cksum | cut -d' ' -f1)-${NODE_RANK:-0}
   )
   _OBS[shared]=${_OBS[job_path]}/.ray
@@ -157,6 +157,8 @@ _obs_start_prometheus() {
     _OBS[prom_port]=$port
     renice -n "${_OBS[nice]}" -p "$(<"$dir/prometheus/prometheus.pid")" >/dev/null 2>&1 || true
     _obs_log "Prometheus on 127.0.0.1:$port, TSDB $dir/prometheus"
+    _obs_record_backfill &
+    _OBS[record_pid]=$!
   else
     _obs_log "metrics are off: $(tail -n 1 "$err") (training goes on)"
   fi
@@ -329,13 +331,37 @@ _obs_stop_ray() {
   rm -rf "${_OBS[ray_tmp]}"
 }
 
+# The exporter's scrape address (the instance label of its samples), from the file_sd file it writes once it
+# listens; nothing when it has not (yet).
+_obs_exporter_instance() {
+  local sd=${_OBS[job_path]}/prometheus/targets/${_OBS[host]}.json
+  [[ -f $sd ]] && sed -n 's/.*"targets": *\["\([^"]*\)".*/\1/p' "$sd"
+}
+
+# Records what the teardown will backfill, as soon as the exporter's address is known (in the background: it
+# may take a few seconds). A job killed before its teardown ends leaves the record pending, and the next reader
+# of the TSDB (prometheus.sh view / list) completes it. The exporter removes its address file when it stops,
+# which is why the address is taken now.
+_obs_record_backfill() {
+  local i instance=""
+  for ((i = 0; i < 120; i++)); do
+    instance=$(_obs_exporter_instance) && [[ -n $instance ]] && break
+    sleep 0.5
+  done
+  [[ -n $instance ]] || return 0
+  "${_OBS_JOBKIT[@]}" tb-bridge backfill --record --logdir "$OUTPUT_PATH" --tsdb "${_OBS[job_path]}/prometheus" \
+    --job-log "$JOB_WORKSPACE/$JOB_DIR.log" \
+    --label "host=${_OBS[host]}" --label job=exporters --label "instance=$instance" 2>&1 |
+    sed 's/^/[observability] TensorBoard backfill: /' || true
+}
+
 # Adds every TensorBoard step to the TSDB, with the labels the exporter's scrape gives them (Prometheus stopped).
 _obs_backfill_tensorboard() {
-  local sd=${_OBS[job_path]}/prometheus/targets/${_OBS[host]}.json instance
-  [[ -f $sd ]] || return 0
-  instance=$(sed -n 's/.*"targets": *\["\([^"]*\)".*/\1/p' "$sd")
+  local instance
+  instance=$(_obs_exporter_instance) || return 0
   [[ -n $instance ]] || return 0
   "${_OBS_JOBKIT[@]}" tb-bridge backfill --logdir "$OUTPUT_PATH" --tsdb "${_OBS[job_path]}/prometheus" \
+    --job-log "$JOB_WORKSPACE/$JOB_DIR.log" \
     --label "host=${_OBS[host]}" --label job=exporters --label "instance=$instance" 2>&1 |
     sed 's/^/[observability] TensorBoard backfill: /' || true
 }
@@ -346,13 +372,16 @@ _obs_stop_prometheus() {
   _obs_backfill_tensorboard
 }
 
-# Stops what this node started, in an order that keeps data: training (if still running), Ray (logs copied
-# first), Prometheus, then the TensorBoard backfill (needs the exporter's address file), exporter, TensorBoard.
+# Stops what this node started, in an order that keeps data: training (if still running), Prometheus, then
+# the TensorBoard backfill (needs the exporter's address file), Ray (logs copied first), exporter, TensorBoard.
+# The backfill comes before Ray, whose stop takes seconds: after a scancel, Slurm's KillWait ends the job
+# soon, and whatever the teardown does not finish is left pending for the next reader of the TSDB.
 _obs_teardown() {
   [[ -n ${_OBS[child_pid]} ]] && proc_stop -g 10 "${_OBS[child_pid]}"
-  _obs_stop_ray
+  [[ -n ${_OBS[record_pid]} ]] && proc_stop 2 "${_OBS[record_pid]}"
   [[ -n ${_OBS[ray_sd_file]} ]] && rm -f "${_OBS[ray_sd_file]}"
   _obs_stop_prometheus
+  _obs_stop_ray
   proc_stop -g 5 "${_OBS[exporter_pid]}" "${_OBS[tb_pid]}"
   rm -rf "${_OBS[state]}"
   _obs_log "stopped everything this node started"

@@ -333,6 +333,11 @@ prometheus_list() {
     size=$(du -sh "$dir" 2>/dev/null | cut -f1)
     note=''
     pid=$(prometheus_serving_pid "$(cd "$dir" && pwd)") && note="  (running, pid $pid)"
+    # A job stopped before its teardown finished left its TensorBoard backfill pending: complete it first,
+    # so that the range below covers every step (py/jobkit/tb_backfill.py, PENDING / DONE).
+    if [[ -z $note && -f $dir/tb_backfill.pending.json && ! -f $dir/tb_backfill.done.json ]]; then
+      "$(proc_jobkit)" tb-bridge complete --tsdb "$dir" 2>&1 | sed "s|^|[prometheus] $name: |" >&2 || true
+    fi
     printf '%s  %s  %s%s\n' "$name" "${size:-?}" "$(prometheus_range_text "$dir")" "$note"
     n=$((n + 1))
   done
