@@ -2,11 +2,11 @@
 # Usage: bench/hang_watchdog.sh [ROUNDS] [STEPS]
 # Summary: What the hang watchdog costs and how fast it notices: TGS on vs off, CPU per look, SIGSTOP to HANG
 #
-# 1. Runs `run_local.sh tiny -- steps=STEPS` (default 300) ROUNDS times (default 3) with the watchdog on
+# 1. Runs `run_local.sh tiny -- steps=STEPS` (default 2000) ROUNDS times (default 3) with the watchdog on
 #    (default settings) and off (HANG_TIMEOUT=off), alternating, on one warm compile cache, and prints the
 #    steady-state TGS (steps 20..STEPS-1) of each and their ratio (goal: within noise of 1.00). In each "on"
-#    run it also reads the watchdog's own CPU time from /proc and divides it by the looks it made (one per
-#    2 s): CPU per look.
+#    run it also reads the watchdog's own CPU time from /proc at a quarter and at three quarters of the run
+#    and divides the difference by the looks it made meanwhile (one per 2 s): CPU per look.
 # 2. Runs one job with HANG_TIMEOUT=3 HANG_STEP_FACTOR=3, freezes training with SIGSTOP after step 30 and
 #    prints the seconds from the freeze to the HANG marker and to the end of the job.
 # Not part of CI; run on a quiet machine.
@@ -15,7 +15,7 @@ set -euo pipefail
 
 REPO_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 case ${1:-} in -h|--help) sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "${BASH_SOURCE[0]}"; exit 0 ;; esac
-ROUNDS=${1:-3} STEPS=${2:-300}
+ROUNDS=${1:-3} STEPS=${2:-2000}
 [[ $ROUNDS =~ ^[1-9][0-9]*$ ]] || { echo "hang_watchdog.sh: ROUNDS must be a positive number, got '$ROUNDS'" >&2; exit 2; }
 [[ $STEPS =~ ^[0-9]+$ ]] && ((STEPS >= 60)) || { echo "hang_watchdog.sh: STEPS must be a number >= 60, got '$STEPS'" >&2; exit 2; }
 
@@ -34,20 +34,18 @@ _pid_with() {
   local f p
   for f in /proc/[0-9]*/environ; do
     p=${f#/proc/} p=${p%/environ}
-    tr '\0' '\n' <"$f" 2>/dev/null | grep -qx "$1" || continue
-    tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null | grep -q -- "$2" && { echo "$p"; return 0; }
+    { tr '\0' '\n' <"$f"; } 2>/dev/null | grep -qx "$1" || continue
+    { tr '\0' ' ' <"/proc/$p/cmdline"; } 2>/dev/null | grep -q -- "$2" && { echo "$p"; return 0; }
   done
   return 1
 }
 
-# _cpu_ms_per_look PID: the process's user+system CPU so far divided by the looks it made (age / 2 s).
-_cpu_ms_per_look() {
-  local stat uptime
+# _cpu_ticks PID: the process's user+system CPU so far, in clock ticks (fields 14 and 15 of /proc/PID/stat;
+# comm has no spaces here).
+_cpu_ticks() {
+  local stat
   read -r -a stat <"/proc/$1/stat"
-  uptime=$(cut -d' ' -f1 /proc/uptime)
-  # fields after "(comm)": utime is 14, stime 15, starttime 22 (1-based); comm has no spaces here
-  awk -v u="${stat[13]}" -v s="${stat[14]}" -v st="${stat[21]}" -v up="$uptime" -v hz="$TICK" \
-    'BEGIN { age = up - st / hz; looks = age / 2; printf "%.2f", (u + s) * 1000 / hz / (looks > 0 ? looks : 1) }'
+  echo $((stat[13] + stat[14]))
 }
 
 # _run on|off NAME: one job; prints "<steady TGS> <watchdog CPU ms per look or ->".
@@ -58,10 +56,18 @@ _run() {
   JOB_WORKSPACE=$ws "$REPO_DIR/run_local.sh" tiny -- "steps=$STEPS" >"$ws.out" 2>&1 &
   pid=$!
   if [[ $mode == on ]]; then
-    # Sample the watchdog late in the run (after the steps have been coming for a while), then stop looking.
-    while kill -0 "$pid" 2>/dev/null && ! grep -q "completed step: $((STEPS * 3 / 4))," "$ws.out"; do sleep 0.5; done
+    # CPU per look in steady state: the watchdog's CPU between a quarter and three quarters of the run,
+    # divided by the looks it made meanwhile (one per 2 s); its start-up (Python imports) is left out.
+    local t1 t2 c1 c2
+    while kill -0 "$pid" 2>/dev/null && ! grep -q "completed step: $((STEPS / 4))," "$ws.out"; do sleep 0.2; done
     job=$(sed -n 's/^JOB_ID=//p' "$ws.out" | head -n 1)
-    if dog=$(_pid_with "JOB_ID=$job" hang-watchdog); then cpu=$(_cpu_ms_per_look "$dog"); fi
+    if dog=$(_pid_with "JOB_ID=$job" hang-watchdog); then
+      c1=$(_cpu_ticks "$dog") t1=$(date +%s.%N)
+      while kill -0 "$pid" 2>/dev/null && ! grep -q "completed step: $((STEPS * 3 / 4))," "$ws.out"; do sleep 0.2; done
+      c2=$(_cpu_ticks "$dog") t2=$(date +%s.%N)
+      cpu=$(awk -v a="$c1" -v b="$c2" -v t1="$t1" -v t2="$t2" -v hz="$TICK" \
+        'BEGIN { looks = (t2 - t1) / 2; printf "%.2f", (b - a) * 1000 / hz / (looks > 0 ? looks : 1) }')
+    fi
   fi
   wait "$pid" || { echo "hang_watchdog.sh: the $mode run failed; see $ws.out" >&2; cp "$ws.out" "${TMPDIR:-/tmp}/"; exit 1; }
   log=$(compgen -G "$ws/*.log" | head -n 1)
