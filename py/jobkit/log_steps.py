@@ -13,6 +13,7 @@ import os
 import re
 import time
 
+from jobkit.logparse import NUMBER, STEP_FIELDS
 from jobkit.tb_events import STEP_METRIC, metric_name
 
 # absl's prefix: I1124 05:31:12.123456 <thread> file.py:123] ... (local time, no year), after srun -l's "N: ".
@@ -20,16 +21,15 @@ _LINE = re.compile(
     r"^(?:\s*(?P<rank>\d+): )?[IWEF](?P<mon>\d\d)(?P<day>\d\d) (?P<h>\d\d):(?P<m>\d\d):(?P<s>\d\d)\.(?P<us>\d{6}) "
     r".*?completed step: (?P<step>\d+),(?P<rest>.*)$"
 )
-_NUM = r"(-?(?:[0-9]+(?:\.[0-9]*)?(?:[eE][-+]?[0-9]+)?|nan|inf))"
-# TensorBoard tag -> the step line's field holding the same value.
+# TensorBoard tag -> the step line's field holding the same value (logparse reads the common ones).
 FIELDS = {
-    "learning/loss": re.compile(rf"(?:^|[\s,])loss: {_NUM}"),
-    "learning/lm_loss": re.compile(rf"\blm_loss: {_NUM}"),
-    "learning/perplexity": re.compile(rf"\bperplexity: {_NUM}"),
-    "learning/total_weights": re.compile(rf"\btotal_weights: {_NUM}"),
-    "perf/step_time_seconds": re.compile(rf"\bseconds: {_NUM}"),
-    "perf/per_device_tflops_per_sec": re.compile(rf"TFLOP/s/device: {_NUM}"),
-    "perf/per_device_tokens_per_sec": re.compile(rf"Tokens/s/device: {_NUM}"),
+    "learning/loss": STEP_FIELDS["loss"],
+    "learning/lm_loss": re.compile(rf"\blm_loss: {NUMBER}"),
+    "learning/perplexity": re.compile(rf"\bperplexity: {NUMBER}"),
+    "learning/total_weights": re.compile(rf"\btotal_weights: {NUMBER}"),
+    "perf/step_time_seconds": STEP_FIELDS["seconds"],
+    "perf/per_device_tflops_per_sec": STEP_FIELDS["tflops"],
+    "perf/per_device_tokens_per_sec": STEP_FIELDS["tgs"],
 }
 
 

@@ -13,14 +13,14 @@ HEADER_SCAN_LINES = 50  # header sits at the top; stop looking after this
 _HEADER = re.compile(r"^(?P<key>[A-Z][A-Z0-9_]*)=(?P<value>.*)$")
 _PREFIX = re.compile(r"^\s*(?P<node>\d+): ")
 _STEP = re.compile(r"completed step: (?P<step>\d+),")
-_NUM = r"(-?(?:[0-9]+(?:\.[0-9]*)?(?:[eE][-+]?[0-9]+)?|nan|inf))"
-_FIELDS = {
-    "seconds": re.compile(rf"\bseconds: {_NUM}"),
-    "tflops": re.compile(rf"TFLOP/s/device: {_NUM}"),
-    "mfu": re.compile(rf"\bMFU: {_NUM}%"),
-    "tgs": re.compile(rf"Tokens/s/device: {_NUM}"),
+NUMBER = r"(-?(?:[0-9]+(?:\.[0-9]*)?(?:[eE][-+]?[0-9]+)?|nan|inf))"
+STEP_FIELDS = {  # a step line's fields (shared with jobkit.log_steps)
+    "seconds": re.compile(rf"\bseconds: {NUMBER}"),
+    "tflops": re.compile(rf"TFLOP/s/device: {NUMBER}"),
+    "mfu": re.compile(rf"\bMFU: {NUMBER}%"),
+    "tgs": re.compile(rf"Tokens/s/device: {NUMBER}"),
     # `, loss:` and not `lm_loss:` / `mtp_loss:`
-    "loss": re.compile(rf"(?:^|[\s,])loss: {_NUM}"),
+    "loss": re.compile(rf"(?:^|[\s,])loss: {NUMBER}"),
 }
 _CONFIG_PARAM = re.compile(r"Config param (?P<key>[A-Za-z0-9_]+): (?P<value>.*)$")
 _STATUS = re.compile(r"Status:\s*(?P<status>SUCCESS|FAILED|CANCELLED|HANG)\s*\(exit (?P<rc>-?\d+)\)")
@@ -92,7 +92,7 @@ def parse_step_line(line: str) -> StepEntry | None:
     prefix = _PREFIX.match(line)
     rest = line[m.end() :]
     values = {}
-    for name, pat in _FIELDS.items():
+    for name, pat in STEP_FIELDS.items():
         found = pat.search(rest)
         values[name] = float(found.group(1)) if found else None
     return StepEntry(int(m.group("step")), int(prefix.group("node")) if prefix else None, **values)

@@ -143,6 +143,19 @@ def job_env(cluster: LocalCluster, workspace: Path, jax_cache: Path) -> dict[str
     return env
 
 
+def submit_job(env: dict[str, str], *args: str) -> tuple[str, Path]:
+    """`submit.sh ARGS` from the repo with ENV; returns (job id, the log path it announced). Fails the test
+    with submit.sh's output when it does not submit."""
+    result = subprocess.run(
+        [str(REPO / "submit.sh"), *args], env=env, capture_output=True, text=True, timeout=120, check=False
+    )
+    if result.returncode != 0:
+        raise AssertionError(f"submit.sh {' '.join(args)} exited {result.returncode}:\n{result.stdout}{result.stderr}")
+    job_id = re.search(r"Submitted job (\d+)", result.stdout).group(1)
+    log = Path(re.search(r"^  log: +(\S+)$", result.stdout, re.M).group(1))
+    return job_id, log
+
+
 def cluster_up(nodes: int = NODES) -> LocalCluster:
     """`up -N nodes` (a no-op when already up with that many nodes); returns the cluster."""
     result = script("up", "-N", str(nodes))

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from job_observation import header, live_processes_of
 from prom_query import View, free_port
-from slurm_cluster import job_env, local_cluster  # noqa: F401  (local_cluster: the session fixture)
+from slurm_cluster import job_env, local_cluster, submit_job  # noqa: F401  (local_cluster: the session fixture)
 from test_observability import event_losses
 
 REPO = Path(__file__).resolve().parents[2]
@@ -265,16 +265,7 @@ def verdict_written(log):
 def test_two_node_slurm_job_trains_in_containers_and_scancel_ends_both(cpu_image, local_cluster, tmp_path):  # noqa: F811
     env = job_env(local_cluster, tmp_path / "ws", tmp_path / "jax_cache")
     env.update(CONTAINER_RUNTIME="podman", DOCKER_IMAGE=cpu_image)
-    submitted = subprocess.run(
-        [str(REPO / "submit.sh"), "tiny", "-N", "2", "--", "steps=100000"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert submitted.returncode == 0, submitted.stdout + submitted.stderr
-    job_id = re.search(r"Submitted job (\d+)", submitted.stdout).group(1)
-    log = Path(re.search(r"^  log: +(\S+)$", submitted.stdout, re.M).group(1))
+    job_id, log = submit_job(env, "tiny", "-N", "2", "--", "steps=100000")
 
     def both_ranks_train():
         text = log.read_text() if log.exists() else ""

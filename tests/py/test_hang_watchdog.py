@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from job_observation import TRAINING_CMDLINE, header, live_processes_of
-from slurm_cluster import job_env, local_cluster  # noqa: F401  (local_cluster: the session fixture)
+from slurm_cluster import job_env, local_cluster, submit_job  # noqa: F401  (local_cluster: the session fixture)
 
 from jobkit import hang_watchdog as hw
 
@@ -229,16 +229,7 @@ def test_run_local_training_frozen_mid_run_ends_as_hang_with_stacks(tmp_path):
 def test_two_node_job_with_one_rank_frozen_gets_both_hosts_stacks_and_ends_as_hang(local_cluster, tmp_path):  # noqa: F811
     env = job_env(local_cluster, tmp_path / "ws", tmp_path / "jax_cache")
     env.update(HANG_TIMEOUT="5", HANG_STEP_FACTOR="5")
-    submitted = subprocess.run(
-        [str(REPO / "submit.sh"), "tiny", "-N", "2", "--", "steps=100000"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert submitted.returncode == 0, submitted.stdout + submitted.stderr
-    job_id = re.search(r"Submitted job (\d+)", submitted.stdout).group(1)
-    log = Path(re.search(r"^  log: +(\S+)$", submitted.stdout, re.M).group(1))
+    job_id, log = submit_job(env, "tiny", "-N", "2", "--", "steps=100000")
     try:
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline:
