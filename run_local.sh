@@ -152,10 +152,11 @@ main() {
   if (( cancelled )); then rc=$cancelled; fi
 
   local status
-  status=$(job_status_word "$rc" "$(( cancelled ? 1 : 0 ))" "$JOB_WORKSPACE/$JOB_DIR")
+  status=$(job_status_word "$rc" "$(( cancelled ? 1 : 0 ))" "$JOB_WORKSPACE/$JOB_DIR" "$log_file")
   (( rc == 0 )) || print_oom_kill_note "$oom_before"
   local detail=""
   [[ $status == HANG ]] && detail="$(<"$JOB_WORKSPACE/$JOB_DIR/hang/HANG")"
+  [[ $status == STOPPED ]] && detail=$(job_stop_detail "$log_file" "$JOB_WORKSPACE" "${MODEL_NAME_ALIAS:-$MODEL_NAME}")
   print_job_summary "$JOB_ID" "$JOB_NAME" "$MODEL_NAME" "$NNODES" $((SECONDS - start)) "$rc" "$status" "$detail"
   _print_tgs_line "$log_file" "$status" "$rc"
   exec >&- 2>&-

@@ -23,7 +23,7 @@ from jobkit.peaks import PEAK_TFLOPS, format_row
 
 EXIT_BAD_INPUT, EXIT_NO_STEPS, EXIT_NO_NNODES = 1, 2, 3
 REPO_ROOT = Path(__file__).resolve().parents[2]
-STATUSES = ("SUCCESS", "FAILED", "CANCELLED", "HANG")
+STATUSES = ("SUCCESS", "FAILED", "CANCELLED", "HANG", "STOPPED")
 
 
 def _fail(command: str, message: str, code: int):
@@ -62,12 +62,14 @@ def resolve_status(status: str | None, exit_code: int | None, log: logparse.JobL
 
 
 def verdict(log: logparse.JobLog, status: str | None, exit_code: int | None) -> str:
-    """`PASS`, `FAIL (<reason class>)` or `status unknown`."""
+    """`PASS`, `STOPPED early ...`, `FAIL (<reason class>)` or `status unknown`."""
     status = resolve_status(status, exit_code, log)
     if status is None:
         return "status unknown"
     if status == "SUCCESS":
         return "PASS"
+    if status == "STOPPED":
+        return "STOPPED early (not a full run; see the JOB SUMMARY)"
     if exit_code is None:
         exit_code = log.footer_exit
     found = failures.classify(failures.read_tail(log.path), status, exit_code, has_steps=bool(log.entries))

@@ -23,7 +23,7 @@ STEP_FIELDS = {  # a step line's fields (shared with jobkit.log_steps)
     "loss": re.compile(rf"(?:^|[\s,])loss: {NUMBER}"),
 }
 _CONFIG_PARAM = re.compile(r"Config param (?P<key>[A-Za-z0-9_]+): (?P<value>.*)$")
-_STATUS = re.compile(r"Status:\s*(?P<status>SUCCESS|FAILED|CANCELLED|HANG)\s*\(exit (?P<rc>-?\d+)\)")
+_STATUS = re.compile(r"Status:\s*(?P<status>SUCCESS|FAILED|CANCELLED|HANG|STOPPED)\s*\(exit (?P<rc>-?\d+)\)")
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 

@@ -37,6 +37,22 @@ def test_line_cancelled():
     assert r.stdout.rstrip().endswith("— FAIL (cancelled)")
 
 
+def test_line_stopped_early_is_never_pass(tmp_path):
+    log = FIXTURES / "joblog" / "preempted-2node-sigterm.log"
+    r = run("tgs", "--line", str(log), "--status", "STOPPED", "--exit-code", "0")
+    assert r.exit_code == 0
+    assert re.fullmatch(
+        r"tiny 2N \(job 31\): [\d,]+ TGS/device(?: \(\d+/10 steady steps\))? — STOPPED early \(not a full run; see the JOB SUMMARY\)\n",
+        r.stdout,
+    )
+    # The same from the footer the launcher writes.
+    footer = tmp_path / "job.log"
+    footer.write_text(
+        log.read_text() + "==== JOB SUMMARY ====\n  Status: STOPPED (exit 0) — Job received termination signal\n"
+    )
+    assert "PASS" not in run("tgs", "--line", str(footer)).stdout
+
+
 def test_line_status_from_exit_code_and_footer(tmp_path):
     assert run("tgs", "--line", MFU_LOG, "--exit-code", "0").stdout.rstrip().endswith("— PASS")
     assert run("tgs", "--line", MFU_LOG).stdout.rstrip().endswith("— status unknown")

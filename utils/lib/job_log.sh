@@ -36,14 +36,39 @@ print_job_header() {
   done
 }
 
-# job_status_word EXIT_CODE CANCELLED(0|1) [JOB_DIR] -> SUCCESS | FAILED | CANCELLED | HANG
+# job_status_word EXIT_CODE CANCELLED(0|1) [JOB_DIR [LOG]] -> SUCCESS | FAILED | CANCELLED | HANG | STOPPED
 # HANG: training failed after the hang watchdog wrote JOB_DIR/hang/HANG (py/jobkit/hang_watchdog.py).
+# STOPPED: training exited 0 but stopped early (job_stopped_early): not a success.
 job_status_word() {
   if (( $2 )); then echo CANCELLED
-  elif (( $1 == 0 )); then echo SUCCESS
+  elif (( $1 == 0 )); then
+    if [[ -n ${4:-} ]] && job_stopped_early "$4" >/dev/null; then echo STOPPED; else echo SUCCESS; fi
   elif [[ -n ${3:-} && -f $3/hang/HANG ]]; then echo HANG
   else echo FAILED
   fi
+}
+
+# job_stopped_early LOG -> MaxText's reason when it stopped training before its last step and exited 0
+# ("Training stopped: Job received termination signal (SIGTERM)." after a preemption checkpoint, or the data
+# ran out); returns 1 when it did not. A reached target loss is a success, not an early stop.
+job_stopped_early() {
+  local line
+  line=$(grep -m1 -o 'Training stopped: .*' "$1" 2>/dev/null) || return 1
+  [[ $line != *"Target loss"* ]] || return 1
+  line=${line#Training stopped: }
+  echo "${line%.}"
+}
+
+# job_stop_detail LOG WORKSPACE ALIAS_OR_MODEL -> "<reason>; last step N; checkpoint at step M in <dir>"
+# for an early stop: what a rerun with the same model:alias: resumes from.
+job_stop_detail() {
+  local log=$1 ws=$2 name=$3 why last saved dir=""
+  why=$(job_stopped_early "$log") || return 0
+  last=$(grep -o 'completed step: [0-9]*' "$log" | tail -n 1 | grep -o '[0-9]*$')
+  saved=$(grep -o 'Saved a checkpoint at step [0-9]*' "$log" | tail -n 1 | grep -o '[0-9]*$')
+  if [[ -n $saved ]]; then dir=$(compgen -G "$ws/$name/*/checkpoints/$saved" | head -n 1 || true); fi
+  printf '%s; last step %s' "$why" "${last:-none}"
+  if [[ -n $saved ]]; then printf '; checkpoint at step %s%s' "$saved" "${dir:+ in $dir}"; else printf '; no checkpoint saved'; fi
 }
 
 # memory_oom_kills -> how many processes the kernel's OOM killer has ended so far in this shell's memory

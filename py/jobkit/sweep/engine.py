@@ -32,6 +32,7 @@ from jobkit.sweep.state import INTERRUPTED, Sweep
 
 TRANSIENT = {
     "distributed-timeout", "collective-error", "killed-by-signal", "node-fail", "preempted", "no-log", "time-limit",
+    "stopped-early",
 }  # fmt: skip
 CONFIG = {"config-error", "unknown-xla-flag", "python-exception"}
 

@@ -99,6 +99,10 @@ def verdict(log: Path | None, model: str, job_id: str, scheduler_state: str | No
         line = tgs.format_line(summary, "PASS")
         tgs_value = summary.tgs if summary.tgs is not None and math.isfinite(summary.tgs) else None
         return Verdict("PASS", "", "", nodes, tgs_value, summary.mfu, step_time, spread, line)
+    if status == "STOPPED":
+        # Training exited 0 before its last step (preemption checkpoint, data ran out): not a result.
+        line = f"{who}: STOPPED early (exit 0 before the last step) — FAIL"
+        return Verdict("FAIL", "stopped-early", "training stopped early", nodes, None, None, None, None, line)
     found = failures.classify(failures.read_tail(str(log)), status, parsed.footer_exit, has_steps=bool(parsed.entries))
     if status is None and scheduler_state:
         detail = f"scheduler state {scheduler_state}, no JOB SUMMARY in the log"
