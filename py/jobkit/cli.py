@@ -86,6 +86,8 @@ SUBCOMMANDS = {
     "sweep": "jobkit.sweep.cli:group",
     "image-info": "jobkit.image_info:command",
     "hang-watchdog": "jobkit.hang_watchdog:command",
+    "jobs": "jobkit.jobs:jobs_command",
+    "tail": "jobkit.jobs:tail_command",
 }
 
 

@@ -1,0 +1,108 @@
+"""`jobkit jobs` and `jobkit tail` on a workspace of real job logs (fixtures, with the summaries the launchers
+write), and `tail` following a log that grows."""
+
+import json
+import os
+import subprocess
+import time
+
+import pytest
+from click.testing import CliRunner
+from conftest import FIXTURES, JOBKIT_LOGS
+
+from jobkit.cli import main
+
+SUMMARY = "==== JOB SUMMARY ====\n  Job:    {id}\n  Wall:   {wall}\n  Status: {status}\n=====================\n"
+
+
+@pytest.fixture
+def workspace(tmp_path):
+    """Three jobs, oldest first: a tiny success, a 2-node early stop, a failed config (no steps)."""
+    jobs = [
+        ("local_20261122_054800_ab12-JAX-tiny.log", JOBKIT_LOGS / "launch-tiny-20steps-mfu.log", "15s", "SUCCESS (exit 0)"),
+        ("31-JAX-tiny-pre1.log", FIXTURES / "joblog" / "preempted-2node-sigterm.log", "29s", "STOPPED (exit 0)"),
+        ("local_20261122_055000_ef56-JAX-tiny-no_such_key_1.log", JOBKIT_LOGS / "launch-config-error-no_such_key.log",
+         "9s", "FAILED (exit 1)"),
+    ]  # fmt: skip
+    for i, (name, source, wall, status) in enumerate(jobs):
+        path = tmp_path / name
+        path.write_text(source.read_text() + SUMMARY.format(id=name.split("-")[0], wall=wall, status=status))
+        os.utime(path, (1_800_000_000 + i, 1_800_000_000 + i))
+    (tmp_path / "notes.log").write_text("not a job\n")
+    return tmp_path
+
+
+def run(*args):
+    return CliRunner().invoke(main, list(args))
+
+
+def test_jobs_table_lists_every_job_oldest_first_with_status_wall_and_tgs(workspace):
+    result = run("jobs", "--workspace", str(workspace))
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert lines[0].split() == ["JOB", "NAME", "NODES", "STATUS", "WALL", "TGS/device"]
+    rows = [line.split() for line in lines[1:]]
+    assert [r[0] for r in rows] == ["local_20261122_054800_ab12", "31", "local_20261122_055000_ef56"]
+    assert [r[3] for r in rows] == ["SUCCESS", "STOPPED", "FAILED"]
+    assert [r[4] for r in rows] == ["15s", "29s", "9s"]
+    assert rows[1][2] == "2" and rows[2][5] == "-", "no steps, no TGS"
+    tgs_line = run("tgs", "--line", str(workspace / "local_20261122_054800_ab12-JAX-tiny.log")).output
+    assert rows[0][5] in tgs_line, "the same steady-state TGS as the end-of-run line"
+
+
+def test_jobs_filters_and_json(workspace):
+    last = run("jobs", "--workspace", str(workspace), "--last", "1", "--json")
+    records = [json.loads(line) for line in last.output.splitlines()]
+    assert [r["job_id"] for r in records] == ["local_20261122_055000_ef56"]
+    assert records[0]["status"] == "FAILED" and records[0]["tgs"] is None
+    none = run("jobs", "--workspace", str(workspace), "--model", "llama2-70b")
+    assert none.exit_code == 0 and none.output.strip() == f"no jobs in {workspace} for model llama2-70b"
+    missing = run("jobs", "--workspace", str(workspace / "nope"))
+    assert missing.exit_code == 1
+    assert "does not exist; pass --workspace or set JOB_WORKSPACE" in missing.output
+
+
+@pytest.mark.parametrize(
+    ("spec", "expected"),
+    [
+        ("latest", "local_20261122_055000_ef56-JAX-tiny-no_such_key_1.log"),
+        ("31", "31-JAX-tiny-pre1.log"),
+        ("no_such_key", "local_20261122_055000_ef56-JAX-tiny-no_such_key_1.log"),
+    ],
+)
+def test_tail_resolves_latest_id_and_name_part(workspace, spec, expected):
+    result = run("tail", spec, "--workspace", str(workspace), "--no-follow", "-n", "2")
+    assert result.exit_code == 0, result.output
+    assert result.output.splitlines() == (workspace / expected).read_text().splitlines()[-2:]
+
+
+def test_tail_errors_name_the_fix(workspace):
+    unknown = run("tail", "zzz", "--workspace", str(workspace))
+    assert unknown.exit_code == 1
+    assert unknown.output.strip() == f"jobkit tail: no job matching 'zzz' in {workspace}; see 'jobkit jobs'"
+    ambiguous = run("tail", "JAX-tiny", "--workspace", str(workspace))
+    assert (
+        ambiguous.exit_code == 1
+        and "matches 3 jobs" in ambiguous.output
+        and "give more of the name" in ambiguous.output
+    )
+
+
+def test_tail_follows_a_growing_log(workspace):
+    log = workspace / "local_20261122_055000_ef56-JAX-tiny-no_such_key_1.log"
+    proc = subprocess.Popen(
+        ["jobkit", "tail", "latest", "--workspace", str(workspace), "-n", "1"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        first = proc.stdout.readline()
+        assert first.strip() == log.read_text().splitlines()[-1].strip()
+        time.sleep(0.5)
+        with log.open("a") as fh:
+            fh.write("a line written after tail started\n")
+        assert proc.stdout.readline() == "a line written after tail started\n"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
