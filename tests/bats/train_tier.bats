@@ -13,6 +13,8 @@ setup() {
   RECORD=$BATS_TEST_TMPDIR/record
   make_stub fakepython "printf '%s\n' \"\$@\" >'$RECORD.argv'; env >'$RECORD.env'"
   export TRAIN_PYTHON=fakepython
+  # The stub records the last call only: no watchdog process beside training (its own test is below).
+  export HANG_TIMEOUT=off
 }
 
 env_of() { sed -n "s/^$1=//p" "$RECORD.env"; }
@@ -149,4 +151,22 @@ env_of() { sed -n "s/^$1=//p" "$RECORD.env"; }
   [ "$(env_of NCCL_IB_HCA)" = mlx5_0 ]
   GPU_DETECT_ROOT=$BATS_TEST_TMPDIR/nogpu "$REPO/_train.sh" tiny
   [ -z "$(env_of NCCL_IB_HCA)" ]   # CPU nodes: nothing to detect
+}
+
+@test "the hang watchdog starts beside training with the job's log and dir; a bad HANG_* setting stops the job" {
+  unset HANG_TIMEOUT
+  make_stub fakepython "printf '%s\\n' \"\$*\" >>'$RECORD.calls'"
+  run "$REPO/_train.sh" tiny -- steps=7
+  [ "$status" -eq 0 ]
+  [[ $output == *"[_train] hang watchdog: pid "*"HANG_ACTION=cancel)"* ]]
+  local i
+  for ((i = 0; i < 50; i++)); do [[ $(wc -l <"$RECORD.calls") -ge 3 ]] && break; sleep 0.1; done
+  grep -qx -- "$REPO/py/bin/jobkit hang-watchdog --check" "$RECORD.calls"
+  grep -qx -- "$REPO/py/bin/jobkit hang-watchdog --log $JOB_WORKSPACE/$JOB_DIR.log --job-dir $JOB_WORKSPACE/$JOB_DIR" "$RECORD.calls"
+  grep -q -- "-u $REPO/py/bin/jobkit launch " "$RECORD.calls"
+  # A real interpreter checks the settings: the job stops before training, with the one-line reason.
+  TRAIN_PYTHON=$REPO_DIR/.venv/bin/python HANG_TIMEOUT=abc run "$REPO/_train.sh" tiny -- steps=7
+  [ "$status" -eq 2 ]
+  [[ $output == *"jobkit hang-watchdog: HANG_TIMEOUT=abc is not a positive number of seconds"* ]]
+  [[ $output != *"jobkit launch"* ]]
 }

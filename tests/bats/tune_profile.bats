@@ -13,7 +13,7 @@ setup() {
   unset XLA_FLAGS TUNE_PROFILE TUNE_PROFILE_FILE ENABLE_XLA_DUMP JAX_PLATFORMS XLA_PYTHON_CLIENT_MEM_FRACTION NCCL_PROTO
   RECORD=$BATS_TEST_TMPDIR/record
   make_stub fakepython "printf '%s\n' \"\$@\" >'$RECORD.argv'; env >'$RECORD.env'"
-  export TRAIN_PYTHON=fakepython
+  export TRAIN_PYTHON=fakepython HANG_TIMEOUT=off   # no watchdog process calling the stub beside training
   PROFILE=$JOB_WORKSPACE/profiles/p.profile
   mkdir -p "${PROFILE%/*}"
 }
