@@ -9,6 +9,8 @@
 # enable_checkpointing=true is on the command line, so that a rerun of the same alias resumes.
 # RAY=1 runs training under utils/lib/observability.sh (metrics exporter, Ray, Prometheus, TensorBoard) instead of
 # exec'ing it; training's exit status is kept.
+# Beside training, the hang watchdog (jobkit hang-watchdog; HANG_TIMEOUT, HANG_COMPILE_TIMEOUT,
+# HANG_STEP_FACTOR, HANG_ACTION; HANG_TIMEOUT=off turns it off) follows this rank's steps in the job log.
 set -euo pipefail
 [[ -n ${_DEBUG:-} ]] && set -x
 
