@@ -154,19 +154,16 @@ class LogFollower:
 def find_training(job_id: str, node_rank: str) -> int | None:
     """The training process of this job and node: `jobkit launch` with JOB_ID and NODE_RANK in its environment
     (several nodes of one job share a machine on a test cluster, so the rank is part of the match)."""
-    want = {f"JOB_ID={job_id}".encode(), f"NODE_RANK={node_rank}".encode()}
     found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+    for pid in procfs.pids():
+        if pid == os.getpid():
             continue
-        try:
-            if b"jobkit\0launch\0" not in (entry / "cmdline").read_bytes():
-                continue
-            if not want <= set((entry / "environ").read_bytes().split(b"\0")):
-                continue
-        except OSError:
+        argv = procfs.cmdline(pid)
+        if not any(a.endswith("jobkit") and b == "launch" for a, b in zip(argv, argv[1:], strict=False)):
             continue
-        found.append(int(entry.name))
+        env = procfs.environ(pid) or {}
+        if env.get("JOB_ID") == job_id and env.get("NODE_RANK") == node_rank:
+            found.append(pid)
     return min(found) if found else None
 
 
@@ -216,22 +213,14 @@ def pyspy() -> str:
 
 
 def stop_training(pid: int | None) -> None:
-    """TERM (and CONT, so a stopped process can act on it), then KILL after STOP_GRACE seconds."""
+    """CONT first (a stopped process cannot act on TERM), then procfs.stop: TERM, KILL after STOP_GRACE."""
     if pid is None or not procfs.alive(pid):
         return
-    for sig in (signal.SIGTERM, signal.SIGCONT):
-        try:
-            os.kill(pid, sig)
-        except OSError:
-            return
-    deadline = time.monotonic() + STOP_GRACE
-    while time.monotonic() < deadline and procfs.alive(pid):
-        time.sleep(0.2)
-    if procfs.alive(pid):
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except OSError:
-            pass
+    try:
+        os.kill(pid, signal.SIGCONT)
+    except OSError:
+        return
+    procfs.stop([pid], STOP_GRACE)
 
 
 def say(message: str) -> None:
