@@ -180,10 +180,6 @@ _remove_leftover() {
   "$runtime" rm -f "$name" >/dev/null || _die "cannot remove leftover container $name; remove it by hand ($runtime rm -f $name)"
 }
 
-_nvidia_present() {
-  command -v nvidia-smi >/dev/null 2>&1 && timeout -k 2 30 nvidia-smi -L >/dev/null 2>&1
-}
-
 # Appends the device flags for this host's GPUs and InfiniBand to _RUN_ARGS. _DEV_ROOT (tests only) is
 # prepended to /dev.
 _add_device_args() {
@@ -191,7 +187,7 @@ _add_device_args() {
   if [[ -e $dev/kfd && -d $dev/dri ]]; then
     _RUN_ARGS+=(--device "$dev/kfd" --device "$dev/dri" --group-add video)
     _say "GPUs: AMD ($dev/kfd, $dev/dri)"
-  elif _nvidia_present; then
+  elif container_runtime_nvidia_present; then
     if [[ $runtime == podman ]]; then _RUN_ARGS+=(--device nvidia.com/gpu=all); else _RUN_ARGS+=(--gpus all); fi
     _say "GPUs: NVIDIA (all)"
   else

@@ -24,6 +24,9 @@
 #              grant, and the container fails to start ("error setting rlimit type 6").
 #     docker   nothing (the daemon's own defaults are what docker users expect).
 #
+# container_runtime_nvidia_present
+#   True when `nvidia-smi -L` answers within 30 s (an NVIDIA GPU to hand to a container).
+#
 # container_nofile
 #   Prints the open-files limit for the container: CONTAINER_NOFILE when it is a number, else ("auto", the
 #   default) the smaller of 1048576 and this shell's hard limit, which an engine cannot raise.
@@ -48,10 +51,14 @@ _container_runtime_cgroup_hybrid() {
   [[ $(stat -fc %T /sys/fs/cgroup 2>/dev/null) != cgroup2fs && $(stat -fc %T /sys/fs/cgroup/unified 2>/dev/null) == cgroup2fs ]]
 }
 
-# _container_runtime_has_gpu: an AMD GPU (/dev/kfd) or an NVIDIA one (`nvidia-smi -L` lists one).
+# container_runtime_nvidia_present: `nvidia-smi -L` answers in time (also used by _container.sh's device flags).
+container_runtime_nvidia_present() {
+  command -v nvidia-smi >/dev/null 2>&1 && timeout -k 2 30 nvidia-smi -L >/dev/null 2>&1
+}
+
+# _container_runtime_has_gpu: an AMD GPU (/dev/kfd) or an NVIDIA one.
 _container_runtime_has_gpu() {
-  [[ -e ${_DEV_ROOT:-}/dev/kfd ]] && return 0
-  command -v nvidia-smi >/dev/null 2>&1 && timeout -k 2 30 nvidia-smi -L 2>/dev/null | grep -q '^GPU'
+  [[ -e ${_DEV_ROOT:-}/dev/kfd ]] || container_runtime_nvidia_present
 }
 
 # _container_runtime_image_usable RUNTIME: prints the image and returns 0 when RUNTIME can run DOCKER_IMAGE
