@@ -83,7 +83,8 @@ keep_reason() {
 
 # --- containers -------------------------------------------------------------------------------------------------
 check_containers() {
-  local rt ours all id job reason n_other
+  local rt ours all id name job reason
+  local -a others
   local -A handled=()
   for rt in docker podman; do
     command -v "$rt" >/dev/null 2>&1 || continue
@@ -91,7 +92,8 @@ check_containers() {
       say "$rt: no engine answering; nothing to check"
       continue
     fi
-    all=$(timeout 20 "$rt" ps -q 2>/dev/null || true)
+    # id and name, so the note about containers we leave alone can say which they are.
+    all=$(timeout 20 "$rt" ps --format '{{.ID}} {{.Names}}' 2>/dev/null || true)
     for id in $ours; do
       [[ -z ${handled[$id]:-} ]] || continue
       handled[$id]=1
@@ -109,10 +111,12 @@ check_containers() {
         say "warning: could not stop $rt container $id; stop it by hand: $rt stop $id"
       fi
     done
-    n_other=0
-    for id in $all; do [[ -n ${handled[$id]:-} ]] || n_other=$((n_other + 1)); done
-    if ((n_other)); then
-      say "$rt: $n_other other running container(s) not started by this launcher: left alone"
+    others=()
+    while read -r id name; do
+      [[ -n $id && -z ${handled[$id]:-} ]] && others+=("${name:-$id}")
+    done <<<"$all"
+    if ((${#others[@]})); then
+      say "$rt: ${#others[@]} other running container(s) not started by this launcher, left alone: ${others[*]}"
     fi
   done
 }

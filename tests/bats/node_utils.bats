@@ -452,7 +452,7 @@ esac'
 echo \"\$*\" >>\"$BATS_TEST_TMPDIR/docker.calls\"
 case \"\$*\" in
   'ps -q --filter label=maxtext-launcher=1') printf '%s\n' aaa111 bbb222 ccc333 ;;
-  'ps -q') printf '%s\n' aaa111 bbb222 ccc333 ext444 ext555 ;;
+  'ps --format {{.ID}} {{.Names}}') printf '%s\n' 'aaa111 old' 'bbb222 new' 'ccc333 live' 'ext444 web' 'ext555 db' ;;
   'container inspect --format'*)
     case \"\${*: -1}\" in aaa111) echo old-job ;; bbb222) echo new-job ;; ccc333) echo 4242 ;; esac ;;
   'stop -t 10 '*) ;;
@@ -462,11 +462,11 @@ esac"
   cat "$BATS_TEST_TMPDIR/out" "$BATS_TEST_TMPDIR/docker.calls"
   [ "$(grep -c '^stop' "$BATS_TEST_TMPDIR/docker.calls")" -eq 1 ]
   grep -qx 'stop -t 10 aaa111' "$BATS_TEST_TMPDIR/docker.calls"
-  [ "$(grep -v '^ps -q$' "$BATS_TEST_TMPDIR/docker.calls" | grep -c ext4)" -eq 0 ]
+  [ "$(grep -v '^ps --format' "$BATS_TEST_TMPDIR/docker.calls" | grep -c ext4)" -eq 0 ]
   grep -q "stopped docker container aaa111" "$BATS_TEST_TMPDIR/out"
   grep -q "docker container bbb222 (our label) belongs to this job: left alone" "$BATS_TEST_TMPDIR/out"
   grep -q "docker container ccc333 (our label) belongs to job 4242, which Slurm still runs: left alone" "$BATS_TEST_TMPDIR/out"
-  grep -q "docker: 2 other running container(s) not started by this launcher: left alone" "$BATS_TEST_TMPDIR/out"
+  grep -q "docker: 2 other running container(s) not started by this launcher, left alone: web db" "$BATS_TEST_TMPDIR/out"
   grep -q "podman: no engine answering" "$BATS_TEST_TMPDIR/out"
 }
 
