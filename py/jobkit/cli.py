@@ -88,6 +88,7 @@ SUBCOMMANDS = {
     "hang-watchdog": "jobkit.hang_watchdog:command",
     "jobs": "jobkit.jobs:jobs_command",
     "tail": "jobkit.jobs:tail_command",
+    "notify": "jobkit.notify:command",
 }
 
 

@@ -1,0 +1,150 @@
+"""`jobkit notify`: send a message to the user's notification targets through apprise.
+
+apprise speaks Telegram, Slack, Discord, ntfy, email, Matrix, generic JSON webhooks and ~100 more, each
+named by a URL (`tgram://TOKEN/CHAT`, `json://host:port/path`, ...). Where the URLs come from, first found:
+
+1. `--url URL` (repeatable), for a one-off;
+2. `JOBKIT_NOTIFY_URLS`: URLs separated by spaces, commas or newlines;
+3. the config file: `JOBKIT_NOTIFY_CONFIG`, else `$XDG_CONFIG_HOME/jobkit/notify.conf`
+   (`~/.config/jobkit/notify.conf`): one URL per line; lines starting with `#` are comments.
+
+The URLs carry tokens, so a config file that others may read (any group or other permission bit) is
+refused until it is `chmod 600`. Every URL gets short connect/read timeouts unless it sets its own, so an
+unreachable target costs seconds, not minutes, and the monitor that calls `send` keeps its pace.
+
+Exit codes: 0 delivered to every target, 1 some target failed (one line each), 2 no targets or a bad
+target list (a malformed URL, a config file others can read).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import stat
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import click
+
+ENV_URLS = "JOBKIT_NOTIFY_URLS"
+ENV_CONFIG = "JOBKIT_NOTIFY_CONFIG"
+EXIT_FAILED, EXIT_CONFIG = 1, 2
+# Seconds to connect and to read, added to a URL that says nothing of its own (apprise's cto/rto options).
+DEFAULT_TIMEOUTS = {"cto": "4", "rto": "4"}
+_SPLIT = re.compile(r"[\s,]+")
+
+
+class NotifyError(Exception):
+    """A target list that cannot be used: one line naming the problem and the fix."""
+
+
+@dataclass
+class Targets:
+    urls: list[str]
+    source: str  # where they came from, for messages: "--url", "$JOBKIT_NOTIFY_URLS", a file path
+    problems: list[str] = field(default_factory=list)
+
+
+def config_path() -> Path:
+    if os.environ.get(ENV_CONFIG):
+        return Path(os.environ[ENV_CONFIG])
+    base = os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config"
+    return Path(base) / "jobkit" / "notify.conf"
+
+
+def _read_config(path: Path) -> list[str]:
+    mode = path.stat().st_mode
+    if mode & (stat.S_IRWXG | stat.S_IRWXO):
+        raise NotifyError(
+            f"{path} is readable or writable by others (mode {stat.S_IMODE(mode):03o}) and holds tokens; "
+            f"run: chmod 600 {path}"
+        )
+    # Whole-line comments only: a URL may hold '#' itself (a Slack channel: slack://.../#ops).
+    lines = (line.strip() for line in path.read_text().splitlines())
+    return [line for line in lines if line and not line.startswith("#")]
+
+
+def find_targets(given: tuple[str, ...] | list[str] = ()) -> Targets | None:
+    """The URLs to notify (see the module doc for the order), or None when none are configured."""
+    if given:
+        return Targets(list(given), "--url")
+    if os.environ.get(ENV_URLS, "").strip():
+        return Targets([u for u in _SPLIT.split(os.environ[ENV_URLS].strip()) if u], f"${ENV_URLS}")
+    path = config_path()
+    if path.is_file():
+        urls = _read_config(path)
+        return Targets(urls, str(path)) if urls else None
+    return None
+
+
+def with_timeouts(url: str) -> str:
+    """URL with apprise's connect/read timeouts added where it sets none."""
+    missing = [f"{k}={v}" for k, v in DEFAULT_TIMEOUTS.items() if not re.search(rf"[?&]{k}=", url)]
+    if not missing:
+        return url
+    return url + ("&" if "?" in url else "?") + "&".join(missing)
+
+
+def redact(url: str) -> str:
+    """The scheme and host only: the rest of an apprise URL is often a token."""
+    m = re.match(r"^([A-Za-z][\w+.-]*://)([^/?#@]*@)?([^/?#]*)", url)
+    return f"{m.group(1)}{m.group(3)}/..." if m else "<not a URL>"
+
+
+def send(title: str, body: str, targets: Targets, level: str = "info") -> list[str]:
+    """Send to every target; returns one line per failure (empty when everything was delivered)."""
+    import apprise  # imported here: `jobkit --help` and the other commands do not pay for it
+
+    notify_type = {
+        "info": apprise.NotifyType.INFO,
+        "success": apprise.NotifyType.SUCCESS,
+        "warning": apprise.NotifyType.WARNING,
+        "failure": apprise.NotifyType.FAILURE,
+    }[level]
+    failures = []
+    for url in targets.urls:
+        app = apprise.Apprise()
+        if not app.add(with_timeouts(url)):
+            failures.append(f"{redact(url)} from {targets.source}: not a URL apprise knows; see apprise's URL list")
+            continue
+        # apprise says why a send failed only through logging; catch it for the one-line report.
+        with apprise.LogCapture(level=apprise.logging.WARNING) as log:
+            ok = bool(app.notify(title=title, body=body, notify_type=notify_type))
+        if not ok:
+            said = " ".join(line.split(" - ", 2)[-1].strip() for line in log.getvalue().splitlines() if line.strip())
+            failures.append(f"{redact(url)}: not delivered ({said or 'no reason given'})")
+    return failures
+
+
+@click.command("notify")
+@click.argument("text")
+@click.option("--title", default="jobkit", show_default=True, help="Message title.")
+@click.option("--url", "urls", multiple=True, help="An apprise URL (repeatable); overrides the configured ones.")
+@click.option(
+    "--level",
+    type=click.Choice(["info", "success", "warning", "failure"]),
+    default="info",
+    show_default=True,
+    help="How targets that have levels show it.",
+)
+def command(text, title, urls, level):
+    """Send TEXT to your notification targets (apprise URLs: --url, $JOBKIT_NOTIFY_URLS or the config file)."""
+    try:
+        targets = find_targets(urls)
+    except (NotifyError, OSError) as exc:
+        click.echo(f"jobkit notify: {exc}", err=True)
+        sys.exit(EXIT_CONFIG)
+    if targets is None:
+        click.echo(
+            f"jobkit notify: no notification targets; put apprise URLs in {config_path()} (chmod 600) "
+            f"or in ${ENV_URLS}, or pass --url",
+            err=True,
+        )
+        sys.exit(EXIT_CONFIG)
+    problems = send(title, text, targets, level)
+    for line in problems:
+        click.echo(f"jobkit notify: {line}", err=True)
+    if problems:
+        sys.exit(EXIT_CONFIG if all("not a URL" in p for p in problems) else EXIT_FAILED)
+    click.echo(f"sent to {len(targets.urls)} target(s) from {targets.source}")
