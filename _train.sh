@@ -11,6 +11,9 @@
 # exec'ing it; training's exit status is kept.
 # Beside training, the hang watchdog (jobkit hang-watchdog; HANG_TIMEOUT, HANG_COMPILE_TIMEOUT,
 # HANG_STEP_FACTOR, HANG_ACTION; HANG_TIMEOUT=off turns it off) follows this rank's steps in the job log.
+# COREDUMP=1 (utils/lib/coredump.sh) raises the core limit, sends cores to <job dir>/cores/ where this node lets
+# it (else says where they go), runs training as a child instead of exec'ing it, and after a crash prints
+# "== CORE DUMP <path> (<size>) ==" (waiting up to COREDUMP_WAIT s while the core grows).
 set -euo pipefail
 [[ -n ${_DEBUG:-} ]] && set -x
 
@@ -62,6 +65,22 @@ _start_hang_watchdog() {
   "$1" "$SCRIPT_DIR/py/bin/jobkit" hang-watchdog --log "$JOB_WORKSPACE/$JOB_DIR.log" \
     --job-dir "$JOB_WORKSPACE/$JOB_DIR" </dev/null &
   echo "[_train] hang watchdog: pid $! (HANG_TIMEOUT=${HANG_TIMEOUT:-300} s floor, before step 0 ${HANG_COMPILE_TIMEOUT:-3600} s, x${HANG_STEP_FACTOR:-10} median step, HANG_ACTION=${HANG_ACTION:-cancel})"
+}
+
+# _train_keeping_cores CMD...: runs training as a child, so that this shell outlives it to put core_pattern
+# back and find the core. TERM/INT given to this shell (a stop by PID, PID 1 of a container) reach training.
+_train_keeping_cores() {
+  local rc=0
+  # An async command ignores INT and QUIT; the subshell gives training the dispositions exec would have.
+  (trap - INT QUIT; exec "$@") &
+  _TRAIN_PID=$!
+  trap 'kill -TERM "$_TRAIN_PID" 2>/dev/null || true' TERM
+  trap 'kill -INT "$_TRAIN_PID" 2>/dev/null || true' INT
+  proc_wait "$_TRAIN_PID" || rc=$?
+  trap - TERM INT
+  coredump_restore
+  coredump_after "$rc" "$_TRAIN_PID"
+  return "$rc"
 }
 
 main() {
@@ -124,6 +143,9 @@ main() {
   _record_environment
 
   local python=${TRAIN_PYTHON:-python3}
+  # shellcheck source=utils/lib/coredump.sh
+  source "$SCRIPT_DIR/utils/lib/coredump.sh"
+  coredump_check || exit 2
   # Exit 2 is a bad HANG_* setting (the job stops here); anything else means this interpreter cannot run
   # jobkit (an image without click): training still runs, without the watchdog.
   local check=0
@@ -140,11 +162,25 @@ main() {
   # py/bin/jobkit runs the package from this checkout, so training needs no install of jobkit in an image
   # that mounts the repo; TRAIN_PYTHON still picks the interpreter (the one with MaxText).
   local -a train_cmd=("$python" -u "$SCRIPT_DIR/py/bin/jobkit" launch "$config" "${defaults[@]}" "${MAXTEXT_ARGS[@]}")
+  if coredump_enabled; then
+    # The interpreter itself, for `gdb <executable> <core>`: a pyenv shim or a wrapper script on PATH is not it.
+    local exe
+    exe=$("$python" -c 'import sys; print(sys.executable)' 2>/dev/null) || exe=$(command -v "$python" || echo "$python")
+    coredump_setup "$JOB_WORKSPACE/$JOB_DIR" "$exe"
+    # core_pattern is the whole machine's: put it back however this script ends.
+    trap coredump_restore EXIT
+  fi
   if [[ ${RAY:-0} =~ ^(1|true|yes)$ ]]; then
     # shellcheck source=utils/lib/observability.sh
     source "$SCRIPT_DIR/utils/lib/observability.sh"
     local rc=0
     OBS_PYTHON=$(command -v "$python") run_with_observability "${train_cmd[@]}" || rc=$?
+    if coredump_enabled; then coredump_restore; coredump_after "$rc"; fi
+    exit "$rc"
+  fi
+  if coredump_enabled; then
+    local rc=0
+    _train_keeping_cores "${train_cmd[@]}" || rc=$?
     exit "$rc"
   fi
   exec "${train_cmd[@]}"
