@@ -172,6 +172,9 @@ main() {
   local check=0
   "$(proc_jobkit "$SCRIPT_DIR")" hang-watchdog --check || check=$?
   (( check != 2 )) || exit 2
+  # shellcheck source=utils/lib/coredump.sh
+  source "$SCRIPT_DIR/utils/lib/coredump.sh"
+  coredump_check || exit 2   # COREDUMP / COREDUMP_WAIT reach the training tier too
   local -a extra_sbatch=()
   local reservation
   reservation=$(_active_reservation)
