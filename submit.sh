@@ -8,6 +8,9 @@
 # Environment: JOB_WORKSPACE (default <repo>/outputs; should be on a shared filesystem), STAGE_TIMEOUTS
 # (e.g. "preflight:600,train:86400"), RAY=1, CONTAINER_RUNTIME, DOCKER_IMAGE and the other settings in
 # configs/container_settings.sh. No Slurm at hand? `utils/local_cluster.sh up -N 2` starts one here.
+# MAX_RETRIES=N (default 0) submits a job that hangs, loses a node, is preempted or reaches its time limit
+# again, up to N times (py/jobkit/requeue.py). Slurm warns the job TIME_LIMIT_SIGNAL_LEAD seconds (default
+# 300) before its time limit (--signal=B:USR1@...), so training can save a checkpoint and stop.
 #
 # Writes <JOB_WORKSPACE>/<jobid>-<JOB_NAME>.log, the job dir <jobid>-<JOB_NAME>/ (artifact and log links)
 # and the snapshot <JOB_WORKSPACE>/.artifacts/artifact_<ts>_<hex>/ with git_summary.txt and submit_cmd.txt.
@@ -90,6 +93,26 @@ _warn_if_node_local() {
   esac
 }
 
+# MAX_RETRIES, TIME_LIMIT_SIGNAL_LEAD and, for a requeued attempt (set by py/jobkit/requeue.py), the snapshot
+# it reuses.
+_check_requeue_settings() {
+  [[ ${MAX_RETRIES:-0} =~ ^[0-9]+$ ]] ||
+    _die "MAX_RETRIES='$MAX_RETRIES' is not a number of retries; set MAX_RETRIES=0 (no requeue) or e.g. MAX_RETRIES=2" 2
+  [[ ${TIME_LIMIT_SIGNAL_LEAD:-300} =~ ^[1-9][0-9]*$ ]] && (( ${TIME_LIMIT_SIGNAL_LEAD:-300} <= 65535 )) ||
+    _die "TIME_LIMIT_SIGNAL_LEAD='$TIME_LIMIT_SIGNAL_LEAD' is not a number of seconds from 1 to 65535; e.g. TIME_LIMIT_SIGNAL_LEAD=300" 2
+  if [[ -n ${REQUEUE_ARTIFACT:-} && ! -f $REQUEUE_ARTIFACT/_job.sbatch ]]; then
+    _die "REQUEUE_ARTIFACT=$REQUEUE_ARTIFACT is not a code snapshot (no _job.sbatch); unset it to submit from this checkout" 2
+  fi
+}
+
+# The sbatch option that makes Slurm warn the batch script ahead of the time limit, unless the user set
+# their own --signal (theirs wins: _job.sbatch only acts on USR1).
+_time_limit_signal() {
+  local arg
+  for arg in "${SCHEDULER_ARGS[@]}"; do [[ $arg == --signal* ]] && return 0; done
+  echo "--signal=B:USR1@${TIME_LIMIT_SIGNAL_LEAD:-300}"
+}
+
 # Prints the newest active reservation that names $USER, or nothing.
 _active_reservation() {
   local user=${USER:-$(id -un)} now line name start end users best="" best_start=0 s e
@@ -148,6 +171,7 @@ main() {
   parse_launch_args "$@" || exit 2
   MODEL_NAME=$(resolve_model "$MODEL_INPUT" "$CONFIGS_DIR") || exit 2
   _check_node_count
+  _check_requeue_settings
   stage_timeouts_init preflight:900 pull:900 ecc:300 train:none || exit 2
   if ! command -v sbatch >/dev/null 2>&1; then
     _die "no sbatch on PATH; install the Slurm client (e.g. apt install slurm-client) and point it at your cluster, or start a local one: utils/local_cluster.sh up -N 2 && eval \"\$(utils/local_cluster.sh env)\"" 2
@@ -183,38 +207,57 @@ main() {
     extra_sbatch+=("--reservation=$reservation")
   fi
 
-  # --- Snapshot, then submit. ---
+  local signal_opt
+  signal_opt=$(_time_limit_signal)
+  [[ -z $signal_opt ]] || extra_sbatch+=("$signal_opt")
+
+  # --- Snapshot (a requeued attempt reuses its first attempt's), then submit. ---
   local start_ns artifact
   start_ns=$(date +%s%N)
   mkdir -p "$JOB_WORKSPACE"
-  artifact=$(make_artifact "$SCRIPT_DIR" "$JOB_WORKSPACE") || exit 1
-  (JOB_WORKSPACE=$user_workspace write_submit_cmd "$artifact" "$0" "$@")
-  _say "snapshot $artifact ($(du -sh "$artifact" | cut -f1), $(( ($(date +%s%N) - start_ns) / 1000000 )) ms)"
+  if [[ -n ${REQUEUE_ARTIFACT:-} ]]; then
+    artifact=$REQUEUE_ARTIFACT
+    _say "attempt ${ATTEMPT:-?} of job ${RETRY_OF:-?}: reusing snapshot $artifact"
+  else
+    artifact=$(make_artifact "$SCRIPT_DIR" "$JOB_WORKSPACE") || exit 1
+    (JOB_WORKSPACE=$user_workspace write_submit_cmd "$artifact" "$0" "$@")
+    _say "snapshot $artifact ($(du -sh "$artifact" | cut -f1), $(( ($(date +%s%N) - start_ns) / 1000000 )) ms)"
+  fi
+  # What a requeue submits again: these very arguments (py/jobkit/requeue.py reads them back with shlex).
+  local submit_argv
+  submit_argv=$(printf '%q ' "$@")
 
   local sbatch_out job_id
   if ! sbatch_out=$(
     env MAXTEXT_LAUNCHER_DIR="$artifact" JOB_WORKSPACE="$JOB_WORKSPACE" MODEL_NAME="$MODEL_NAME" \
       MODEL_NAME_ALIAS="$MODEL_NAME_ALIAS" EXP_TAG="$EXP_TAG" PASSTHROUGH_ARGS="${PASSTHROUGH_ARGS[*]}" \
+      SUBMIT_ARGV="${submit_argv% }" \
       sbatch --parsable -J "$JOB_NAME" --output="$JOB_WORKSPACE/%j-$JOB_NAME.log" --chdir="$artifact" \
       --export=ALL "${extra_sbatch[@]}" "${SCHEDULER_ARGS[@]}" \
       "$artifact/_job.sbatch" "$MODEL_NAME" -- "${PASSTHROUGH_ARGS[@]}" 2>&1
   ); then
-    remove_artifact "$artifact"
-    rmdir "$JOB_WORKSPACE/.artifacts" 2>/dev/null || true
+    if [[ -z ${REQUEUE_ARTIFACT:-} ]]; then
+      remove_artifact "$artifact"
+      rmdir "$JOB_WORKSPACE/.artifacts" 2>/dev/null || true
+    fi
     _die "$(_sbatch_refusal "$sbatch_out")"
   fi
   job_id=${sbatch_out##*$'\n'}
   job_id=${job_id%%;*}
-  [[ $job_id =~ ^[0-9]+$ ]] || { remove_artifact "$artifact"; _die "could not read a job id from sbatch's answer: $sbatch_out"; }
+  if [[ ! $job_id =~ ^[0-9]+$ ]]; then
+    [[ -n ${REQUEUE_ARTIFACT:-} ]] || remove_artifact "$artifact"
+    _die "could not read a job id from sbatch's answer: $sbatch_out"
+  fi
 
   local job_dir=$JOB_WORKSPACE/$job_id-$JOB_NAME log=$JOB_WORKSPACE/$job_id-$JOB_NAME.log
   mkdir -p "$job_dir"
   ln -s "../.artifacts/${artifact##*/}" "$job_dir/artifact"
   ln -s "../$job_id-$JOB_NAME.log" "$job_dir/log"
+  [[ -z ${REQUEUE_PREVIOUS_DIR:-} ]] || ln -s "../$REQUEUE_PREVIOUS_DIR" "$job_dir/previous"
   if ! _check_early_death "$job_id" "$log"; then
     echo "$_PROG: job $job_id died before writing its log (state $(squeue -h -t all -j "$job_id" -o %T 2>/dev/null)); see 'scontrol show job $job_id' and the slurmd log of its node" >&2
-    rm -f "$job_dir/artifact" "$job_dir/log"; rmdir "$job_dir" 2>/dev/null || true
-    remove_artifact "$artifact"
+    rm -f "$job_dir/artifact" "$job_dir/log" "$job_dir/previous"; rmdir "$job_dir" 2>/dev/null || true
+    [[ -n ${REQUEUE_ARTIFACT:-} ]] || remove_artifact "$artifact"
     exit 1
   fi
   echo "Submitted job $job_id ($JOB_NAME)"

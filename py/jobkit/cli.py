@@ -89,6 +89,8 @@ SUBCOMMANDS = {
     "jobs": "jobkit.jobs:jobs_command",
     "tail": "jobkit.jobs:tail_command",
     "notify": "jobkit.notify:command",
+    "requeue": "jobkit.requeue:command",
+    "monitor": "jobkit.monitor:command",
 }
 
 

@@ -62,7 +62,7 @@ remove_artifact() {
 write_submit_cmd() {
   local dest=$1 name line=""
   shift
-  for name in JOB_WORKSPACE RAY STAGE_TIMEOUTS CONTAINER_RUNTIME DOCKER_IMAGE TUNE_PROFILE; do
+  for name in JOB_WORKSPACE RAY STAGE_TIMEOUTS CONTAINER_RUNTIME DOCKER_IMAGE TUNE_PROFILE MAX_RETRIES; do
     [[ -n ${!name:-} ]] && line+="$name=$(printf '%q' "${!name}") "
   done
   line+=$(printf '%q ' "$@")
