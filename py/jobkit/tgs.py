@@ -181,7 +181,11 @@ class Summary:
 def summarize(log: JobLog, steady: tuple[int, int] = DEFAULT_STEADY, yml_path: str | None = None) -> Summary:
     """Windows, stats and warnings for one parsed log."""
     points = per_step(log.entries)
-    a, b = steady
+    # A run resumed from a checkpoint (a requeued attempt) starts at the saved step and compiles again
+    # there: its steady window counts from its own first step, not from step 0.
+    offset = points[0].step if points and points[0].step > 0 else 0
+    a, b = steady[0] + offset, steady[1] + offset
+    steady = (a, b)
     excluded = profiler_window(log, yml_path)
 
     def in_excluded(step: int) -> bool:

@@ -282,3 +282,14 @@ def test_bad_node_count_header_is_kept_for_the_message():
     log = logparse.parse_text(HEADER.replace("NNODES=1", "NNODES=abc"))
     assert log.nnodes is None and log.nnodes_header == ("NNODES", "abc")
     assert logparse.parse_text("JOB_ID=x\n").nnodes_header is None
+
+
+def test_a_run_resumed_from_a_checkpoint_counts_its_steady_window_from_its_first_step():
+    # Steps 100-104 are the resumed run's recompile (slow); 105-114 its steady state.
+    lines = ["NNODES=1"]
+    for step in range(100, 120):
+        rate = 100.0 if step < 105 else 1000.0 + step
+        lines.append(f"completed step: {step}, seconds: 1.0, Tokens/s/device: {rate}, loss: 5.0")
+    summary = tgs.summarize(logparse.parse_text("\n".join(lines)))
+    assert summary.steady_range == (105, 114)
+    assert summary.tgs == pytest.approx(statistics.mean(1000.0 + s for s in range(105, 115)))
