@@ -91,6 +91,8 @@ SUBCOMMANDS = {
     "notify": "jobkit.notify:command",
     "requeue": "jobkit.requeue:command",
     "monitor": "jobkit.monitor:command",
+    "tag": "jobkit.jobtag:command",
+    "artifacts": "jobkit.artifacts:group",
 }
 
 
@@ -198,12 +200,20 @@ def mfu_command(show_all):
 @click.option("--status", type=click.Choice(STATUSES, case_sensitive=False))
 @click.option("--exit-code", type=int)
 def why_command(logfile, status, exit_code):
-    """Classify why the run in LOGFILE failed."""
+    """Classify why the run in LOGFILE failed; after a crash, where its core dump is and how to open it."""
+    from jobkit import coredump
+
     log = _load("why", logfile)
     nodes = expand_nodelist(log.header.get("JOB_NODELIST", ""))
-    found = failures.classify(failures.read_tail(logfile), status, exit_code, has_steps=bool(log.entries), nodes=nodes)
+    if exit_code is None:
+        exit_code = log.footer_exit  # the JOB SUMMARY's: a signal's exit code names the signal
+    text = failures.read_tail(logfile)
+    found = failures.classify(text, status, exit_code, has_steps=bool(log.entries), nodes=nodes)
     click.echo(found.label)
     if found.evidence:
         click.echo(f"  evidence: {found.evidence}")
     if found.host:
         click.echo(f"  host: {found.host}")
+    signal_name = found.detail if found.reason == "killed-by-signal" else None
+    for line in coredump.report(text, logfile, signal_name):
+        click.echo(line)

@@ -76,7 +76,8 @@ RULES: list[tuple[str, re.Pattern[str]]] = [
     (
         "killed-by-signal",
         re.compile(
-            r"Training subprocess killed by SIG\w+|Fatal Python error: (?:Aborted|Segmentation fault)"
+            r"Training subprocess killed by SIG\w+|Fatal Python error: (?:Aborted|Segmentation fault|Bus error"
+            r"|Floating-point exception|Illegal instruction)|\[coredump\] training killed by SIG\w+"
             r"|^\s*(?:\d+: )?Killed\s*$|Segmentation fault|core dumped|received signal SIG\w+",
             re.M,
         ),
@@ -90,6 +91,12 @@ _JAX_TASK = re.compile(r"/task:(\d+)\b")
 _NAMED_NODE = re.compile(r"Node failure on (\S+)|\bNODE_EXIT host=(\S+)")
 _EXC_LINE = re.compile(r"^(?:\s*\d+: )?([A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Warning))\b", re.M)
 _SIGNAME = re.compile(r"SIG[A-Z]+")
+# The signal behind a message that does not name it (faulthandler's, the shell's); else the training tier's
+# own line (COREDUMP=1), which names it even when the job's exit code is not training's.
+_SIGNAL_WORDS = {"Segmentation fault": "SIGSEGV", "Aborted": "SIGABRT", "Bus error": "SIGBUS",
+                 "Floating-point exception": "SIGFPE", "Illegal instruction": "SIGILL"}  # fmt: skip
+_SIGNAL_WORD = re.compile("|".join(_SIGNAL_WORDS))
+_KILLED_BY = re.compile(r"^(?:\s*\d+: )?\[coredump\] training killed by (SIG[A-Z]+)", re.M)
 CANCEL_EXIT_CODES = (130, 143)  # SIGINT, SIGTERM: Ctrl-C / scancel
 
 
@@ -182,8 +189,15 @@ def classify(
         evidence = _line_at(text, m.start())
         detail = ""
         if reason == "killed-by-signal":
-            sig = _SIGNAME.search(m.group(0))
-            detail = sig.group(0) if sig else (_signal_name(exit_code - 128) if exit_code and exit_code > 128 else "")
+            sig, word, killed_by = _SIGNAME.search(m.group(0)), _SIGNAL_WORD.search(m.group(0)), _KILLED_BY.search(text)
+            if sig:
+                detail = sig.group(0)
+            elif word:
+                detail = _SIGNAL_WORDS[word.group(0)]
+            elif killed_by:
+                detail = killed_by.group(1)
+            elif exit_code and exit_code > 128:
+                detail = _signal_name(exit_code - 128)
         elif reason == "hang":
             detail = m.group(1)
         elif reason == "python-exception":

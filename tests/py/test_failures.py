@@ -106,6 +106,7 @@ NODES = ["node1", "node2"]
         ("maxtext-ici-parallelism-mismatch.log", "FAILED", 1, "config-error", ""),
         ("maxtext-parallelism-no-traceback.log", "FAILED", 1, "config-error", "node2"),
         ("jax-heartbeat-unhealthy-task.log", "FAILED", 1, "distributed-timeout", "node2"),
+        ("python-segfault-core-dump.log", "FAILED", 139, "killed-by-signal", ""),
     ],
 )
 def test_recorded_cluster_failures_are_classed_with_the_host_they_blame(name, status, exit_code, reason, host):
@@ -145,3 +146,88 @@ def test_why_prints_the_blamed_host(tmp_path):
     assert lines[0] == "gpu-hardware"
     assert "HSA_STATUS_ERROR_EXCEPTION" in lines[1]
     assert lines[2] == "  host: gpu08"
+
+
+# ------------------------------------------------------------------------------------- core dumps (COREDUMP=1)
+
+SEGFAULT = (FAILURES / "python-segfault-core-dump.log").read_text()
+LOGGED_CORE = "/tmp/cdt/ws/local_20261124_073219_6b48-JAX-tiny-steps_100000/cores/core.vm.jobkit.20669"
+JOB_HEADER = "JOB_ID=local_1\nJOB_NAME=JAX-tiny\nNNODES=1\nJOB_NODELIST=vm\nMODEL_NAME=tiny\n"
+
+
+def why(log, *args):
+    from click.testing import CliRunner
+
+    from jobkit.cli import main
+
+    result = CliRunner().invoke(main, ["why", str(log), *args])
+    assert result.exit_code == 0, result.output
+    return result.output.splitlines()
+
+
+def test_the_signal_comes_from_the_message_or_the_training_tier_line_when_the_exit_code_does_not_say():
+    assert failures.classify(SEGFAULT, "FAILED", 1).detail == "SIGSEGV"  # faulthandler's words
+    tier_only = "3: [coredump] training killed by SIGBUS (exit 135) on node4\n"
+    found = failures.classify(tier_only, "FAILED", 1, nodes=["n1", "n2", "n3", "node4"])
+    assert (found.reason, found.detail, found.host) == ("killed-by-signal", "SIGBUS", "node4")
+    assert failures.classify("Fatal Python error: Aborted\n", "FAILED", 1).detail == "SIGABRT"
+
+
+def test_why_names_the_signal_and_the_core_the_log_names_with_the_commands_to_open_it(tmp_path):
+    log = tmp_path / "local_1-JAX-tiny.log"
+    log.write_text(JOB_HEADER + SEGFAULT.replace("/tmp/cdt/ws/", f"{tmp_path}/gone/"))
+    core = LOGGED_CORE.replace("/tmp/cdt/ws/", f"{tmp_path}/gone/")
+    lines = why(log)  # no --exit-code: the JOB SUMMARY's exit 139 and the message say SIGSEGV
+    assert lines[0] == "killed-by-signal: SIGSEGV"
+    assert lines[1] == "  evidence: Fatal Python error: Segmentation fault"
+    assert lines[2] == f"  core: {core} (667MiB) (not on this machine)"
+    gdb = "gdb -batch -ex 'thread apply all bt' /work/main/.venv/bin/python3"
+    assert lines[3] == f"    native stacks: {gdb} {core}"
+    assert lines[4] == f"    python stacks: py-spy dump --core {core}"
+    assert len(lines) == 5
+
+
+def test_why_finds_the_core_in_the_job_dir_by_its_name_when_the_logged_path_is_elsewhere(tmp_path):
+    # A container logs /outputs/...; the job dir beside the log holds the same file.
+    log = tmp_path / "local_1-JAX-tiny.log"
+    log.write_text(JOB_HEADER + SEGFAULT.replace("/tmp/cdt/ws/", "/outputs/"))
+    cores = tmp_path / "local_1-JAX-tiny" / "cores"
+    cores.mkdir(parents=True)
+    (cores / "core.vm.jobkit.20669").write_bytes(b"\0" * 2048)
+    (cores / "core.vm.python3.777").write_bytes(b"\0" * 10)  # another core no line names: listed too
+    lines = why(log)
+    assert f"  core: {cores}/core.vm.jobkit.20669 (667MiB)" in lines
+    assert f"    python stacks: py-spy dump --core {cores}/core.vm.python3.777" in lines
+    assert f"  core: {cores}/core.vm.python3.777 (10B)" in lines
+
+
+def test_why_without_a_core_says_where_the_node_sends_cores(tmp_path):
+    log = tmp_path / "local_2-JAX-tiny.log"
+    text = SEGFAULT.replace(
+        f"== CORE DUMP {LOGGED_CORE} (667MiB) ==",
+        "== NO CORE DUMP (SIGSEGV) on vm: cores go to systemd-coredump on vm: coredumpctl list; "
+        "coredumpctl info 20669; coredumpctl debug 20669; core limit unlimited ==",
+    )
+    log.write_text(JOB_HEADER + text)
+    lines = why(log)
+    assert lines[0] == "killed-by-signal: SIGSEGV"
+    assert lines[-1] == (
+        "  core: none found; cores go to systemd-coredump on vm: coredumpctl list; coredumpctl info 20669; "
+        "coredumpctl debug 20669"
+    )
+
+
+def test_why_without_coredump_lines_says_how_to_keep_a_core_and_stays_quiet_for_other_failures(tmp_path):
+    log = tmp_path / "local_3-JAX-tiny.log"
+    log.write_text(JOB_HEADER + "Fatal Python error: Aborted\n==== JOB SUMMARY ====\n  Status: FAILED (exit 134)\n")
+    lines = why(log)
+    assert lines[0] == "killed-by-signal: SIGABRT"
+    assert (
+        lines[-1]
+        == f"  core: none kept (COREDUMP=0); run again with COREDUMP=1 to keep one in {tmp_path}/local_3-JAX-tiny/cores/"
+    )
+    log.write_text(JOB_HEADER + "Traceback (most recent call last):\nValueError: x\n")
+    assert why(log, "--exit-code", "1") == [
+        "python-exception: ValueError",
+        "  evidence: Traceback (most recent call last):",
+    ]
