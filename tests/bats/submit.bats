@@ -69,6 +69,30 @@ bad_input() {
   [[ $output == *"'later' for stage 'train'"* ]]
 }
 
+@test "MAX_RETRIES, TIME_LIMIT_SIGNAL_LEAD and REQUEUE_ARTIFACT are checked before submitting" {
+  MAX_RETRIES=abc bad_input tiny -N 1
+  [[ $output == *"MAX_RETRIES='abc' is not a number of retries; set MAX_RETRIES=0 (no requeue) or e.g. MAX_RETRIES=2"* ]]
+  MAX_RETRIES=-1 bad_input tiny -N 1
+  TIME_LIMIT_SIGNAL_LEAD=0 bad_input tiny -N 1
+  [[ $output == *"TIME_LIMIT_SIGNAL_LEAD='0' is not a number of seconds from 1 to 65535"* ]]
+  TIME_LIMIT_SIGNAL_LEAD=99999 bad_input tiny -N 1
+  REQUEUE_ARTIFACT=$BATS_TEST_TMPDIR bad_input tiny -N 1
+  [[ $output == *"is not a code snapshot (no _job.sbatch)"* ]]
+}
+
+@test "Slurm is asked to warn the job before its time limit, unless the user set their own --signal" {
+  # each call a new job id, as Slurm gives
+  make_stub sbatch 'printf "%s\n" "$@" >"'"$BATS_TEST_TMPDIR"'/sbatch.args"; echo x >>"'"$BATS_TEST_TMPDIR"'/n"; wc -l <"'"$BATS_TEST_TMPDIR"'/n"'
+  make_stub squeue 'echo RUNNING'
+  TIME_LIMIT_SIGNAL_LEAD=120 EARLY_DEATH_CHECK_SECONDS=0 run "$REPO_DIR/submit.sh" tiny -N 1 --time=5
+  [ "$status" -eq 0 ]
+  grep -qx -- '--signal=B:USR1@120' "$BATS_TEST_TMPDIR/sbatch.args"
+  EARLY_DEATH_CHECK_SECONDS=0 run "$REPO_DIR/submit.sh" tiny -N 1 --signal=B:USR2@60
+  [ "$status" -eq 0 ]
+  [ "$(grep -c -- '--signal' "$BATS_TEST_TMPDIR/sbatch.args")" -eq 1 ]
+  grep -qx -- '--signal=B:USR2@60' "$BATS_TEST_TMPDIR/sbatch.args"
+}
+
 @test "no Slurm on PATH: says how to get one, including the local cluster" {
   # Only what submit.sh needs up to its sbatch check: a real Slurm installed on this machine must not count.
   local bin=$BATS_TEST_TMPDIR/bin tool
