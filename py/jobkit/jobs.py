@@ -23,6 +23,8 @@ from jobkit import failures, logparse, tgs
 REPO_ROOT = Path(__file__).resolve().parents[2]
 _WALL = re.compile(r"^\s*Wall:\s*(?P<wall>.+?)\s*$", re.M)
 _JOB_LOG = re.compile(r"^(?P<id>(?:local_\d{8}_\d{6}_[0-9a-f]{4}|\d+(?:_\d+)?))-(?P<name>.+)\.log$")
+# Public for jobkit tag and jobkit artifacts, which name jobs the same way (a tagged `<stem>-tgs5042.log` matches).
+JOB_LOG = _JOB_LOG
 
 
 class JobsError(Exception):

@@ -1,0 +1,264 @@
+"""`jobkit tag`: a finished job's steady-state TGS in its log and job dir names, on a workspace of real job logs
+(fixtures with the launchers' JOB SUMMARY appended) and the links and records the launchers and sweeps leave."""
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from conftest import FIXTURES, JOBKIT_LOGS
+
+from jobkit.cli import main
+
+SUMMARY = "==== JOB SUMMARY ====\n  Job:    {id}\n  Wall:   29s\n  Status: {status}\n=====================\n"
+PRE1 = "31-JAX-tiny-pre1"  # 2 nodes, steady steps 5-9 and 40-45 logged: 4,882 TGS/device (as `jobkit jobs` says)
+TAGGED = f"{PRE1}-tgs4882"
+
+
+def add_job(ws, stem, source, status="SUCCESS (exit 0)", job_dir=True):
+    """A job as submit.sh leaves it: the log (with its summary unless status is None) and the job dir."""
+    text = source.read_text()
+    if status is not None:
+        text += SUMMARY.format(id=stem.split("-")[0], status=status)
+    (ws / f"{stem}.log").write_text(text)
+    if job_dir:
+        (ws / stem).mkdir()
+        (ws / stem / "log").symlink_to(f"../{stem}.log")
+        (ws / stem / "artifact").symlink_to("../.artifacts/artifact_20261122_054800_ab12")
+        (ws / stem / "tensorboard").mkdir()
+        (ws / stem / "tensorboard" / "events.out").write_text("events\n")
+
+
+@pytest.fixture
+def ws(tmp_path):
+    ws = tmp_path / "outputs"
+    ws.mkdir()
+    add_job(
+        ws,
+        PRE1,
+        FIXTURES / "joblog" / "preempted-2node-sigterm.log",
+        "STOPPED (exit 0)",
+    )
+    return ws
+
+
+def run(*args):
+    return CliRunner().invoke(main, list(args))
+
+
+def snapshot(ws):
+    """Every path under WS with what a link names or a file holds, to check nothing else changed."""
+    out = {}
+    for root, dirs, files in os.walk(ws):
+        for name in dirs + files:
+            path = os.path.join(root, name)
+            rel = os.path.relpath(path, ws)
+            if os.path.islink(path):
+                out[rel] = "-> " + os.readlink(path)
+            elif os.path.isfile(path):
+                out[rel] = Path(path).read_text()
+            else:
+                out[rel] = "dir"
+    return out
+
+
+def test_tag_renames_log_and_dir_and_repoints_every_link_and_record(ws):
+    # A requeued attempt's dir links its predecessor; a sweep recorded the log by its absolute path.
+    (ws / "32-JAX-tiny-pre1").mkdir()
+    (ws / "32-JAX-tiny-pre1" / "previous").symlink_to(f"../{PRE1}")
+    (ws / PRE1 / "next").symlink_to("../32-JAX-tiny-pre1")
+    (ws / PRE1 / "self").symlink_to(ws / PRE1 / "tensorboard")  # absolute, into the dir being renamed
+    sweep = ws / "sweeps" / "b1"
+    sweep.mkdir(parents=True)
+    points = [
+        {
+            "event": "done",
+            "key": "pdbs2",
+            "outcome": {"log": str(ws / f"{PRE1}.log"), "job_id": "31"},
+        },
+        {
+            "event": "done",
+            "key": "pdbs4",
+            "outcome": {"log": str(ws / "131-JAX-tiny-pre1.log"), "job_id": "131"},
+        },
+    ]
+    (sweep / "points.jsonl").write_text("".join(json.dumps(p) + "\n" for p in points))
+    (sweep / "summary.md").write_text(f"| pdbs2 | 31 | PASS | outputs/{PRE1}.log |\n")
+
+    result = run("tag", "31", "--workspace", str(ws))
+    assert result.exit_code == 0, result.output
+    assert result.output.splitlines()[0] == f"renamed {PRE1}.log -> {TAGGED}.log (4,882 TGS/device)"
+
+    assert sorted(p.name for p in ws.iterdir()) == [
+        TAGGED,
+        f"{TAGGED}.log",
+        "32-JAX-tiny-pre1",
+        "sweeps",
+    ]
+    assert os.readlink(ws / TAGGED / "log") == f"../{TAGGED}.log"
+    assert (ws / TAGGED / "log").resolve() == ws / f"{TAGGED}.log"
+    assert os.readlink(ws / "32-JAX-tiny-pre1" / "previous") == f"../{TAGGED}"
+    assert (ws / "32-JAX-tiny-pre1" / "previous" / "tensorboard" / "events.out").read_text() == "events\n"
+    assert os.readlink(ws / TAGGED / "self") == str(ws / TAGGED / "tensorboard")
+    # Links that never named the job are as they were (the snapshot link is relative to the workspace).
+    assert os.readlink(ws / TAGGED / "artifact") == "../.artifacts/artifact_20261122_054800_ab12"
+    assert os.readlink(ws / TAGGED / "next") == "../32-JAX-tiny-pre1"
+    recorded = [json.loads(line) for line in (sweep / "points.jsonl").read_text().splitlines()]
+    assert recorded[0]["outcome"]["log"] == str(ws / f"{TAGGED}.log")
+    assert recorded[1] == points[1], "another job whose name ends the same is not touched"
+    assert (sweep / "summary.md").read_text() == f"| pdbs2 | 31 | PASS | outputs/{TAGGED}.log |\n"
+    assert not list(ws.rglob(".*jobkit-tag")), "no temporary file left behind"
+
+    # The browsing commands find the tagged job by id and by its old name part.
+    listed = run("jobs", "--workspace", str(ws), "--json")
+    assert json.loads(listed.output)["log"] == str(ws / f"{TAGGED}.log")
+    tail = run("tail", "pre1", "--workspace", str(ws), "--no-follow", "-n", "1")
+    assert tail.exit_code == 0 and tail.output == "=====================\n"
+
+
+def test_tag_again_does_nothing(ws):
+    assert run("tag", "latest", "--workspace", str(ws)).exit_code == 0
+    before = snapshot(ws)
+    again = run("tag", "31", "--workspace", str(ws))
+    assert again.exit_code == 0
+    assert again.output == f"{TAGGED}: already tagged; nothing to do\n"
+    assert snapshot(ws) == before
+
+
+def test_dry_run_says_what_and_changes_nothing(ws):
+    before = snapshot(ws)
+    result = run("tag", str(ws / PRE1), "--dry-run", "--workspace", str(ws))  # the job dir's path names the job
+    assert result.exit_code == 0, result.output
+    assert result.output.splitlines() == [
+        f"would rename {PRE1}.log -> {TAGGED}.log (4,882 TGS/device)",
+        f"would rename {PRE1}/ -> {TAGGED}/",
+        f"would repoint {TAGGED}/log -> ../{TAGGED}.log",
+    ]
+    assert snapshot(ws) == before
+
+
+def test_a_job_dir_log_link_names_the_real_log(ws):
+    result = run("tag", str(ws / PRE1 / "log"), "--workspace", str(ws))
+    assert result.exit_code == 0, result.output
+    assert (ws / f"{TAGGED}.log").is_file() and (ws / TAGGED / "log").resolve() == ws / f"{TAGGED}.log"
+
+
+@pytest.mark.parametrize(
+    ("stem", "source", "status", "message"),
+    [
+        (
+            "local_20261122_055000_ef56-JAX-tiny-no_such_key_1",
+            JOBKIT_LOGS / "launch-config-error-no_such_key.log",
+            "FAILED (exit 1)",
+            "no steady-state steps (5-14) in its log, so no TGS to tag it with (runs need steps>=15)",
+        ),
+        (
+            "local_20261122_054900_cd34-JAX-tiny-steps_3",
+            JOBKIT_LOGS / "launch-tiny-3steps-mfu.log",
+            "SUCCESS (exit 0)",
+            "no steady-state steps (5-14) in its log, so no TGS to tag it with (runs need steps>=15)",
+        ),
+        (
+            "local_20261122_054800_ab12-JAX-tiny",
+            JOBKIT_LOGS / "launch-tiny-20steps-mfu.log",
+            None,
+            "no JOB SUMMARY in its log yet (still running?); tag it once it has finished",
+        ),
+    ],
+)
+def test_refused_jobs_are_left_as_they_were(ws, stem, source, status, message):
+    add_job(ws, stem, source, status)
+    before = snapshot(ws)
+    result = run("tag", stem.split("-")[0], "--workspace", str(ws))
+    assert result.exit_code == 1
+    assert result.output == f"jobkit tag: {stem}: {message}\n"
+    assert snapshot(ws) == before
+
+
+def test_a_name_clash_is_refused_before_anything_is_renamed(ws):
+    (ws / TAGGED).mkdir()  # someone's own dir with the name the job dir would get
+    before = snapshot(ws)
+    result = run("tag", "31", "--workspace", str(ws))
+    assert result.exit_code == 1
+    assert f"{ws / TAGGED} already exists; move it away (or rename it), then tag again" in result.output
+    assert snapshot(ws) == before
+
+
+def test_unknown_job_and_bad_usage(ws):
+    unknown = run("tag", "zzz", "--workspace", str(ws))
+    assert unknown.exit_code == 1
+    assert unknown.output == f"jobkit tag: no job matching 'zzz' in {ws}; see 'jobkit jobs'\n"
+    neither = run("tag", "--workspace", str(ws))
+    assert neither.exit_code == 2 and "give one JOB" in neither.output
+    both = run("tag", "31", "--all", "--workspace", str(ws))
+    assert both.exit_code == 2
+
+
+def test_a_failed_step_undoes_the_renames(ws, monkeypatch):
+    from jobkit import jobtag
+
+    def broken(link, target):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(jobtag, "_replace_link", broken)
+    before = snapshot(ws)
+    result = run("tag", "31", "--workspace", str(ws))
+    assert result.exit_code == 1
+    assert result.output == f"jobkit tag: {PRE1}: disk full; nothing was renamed\n"
+    assert snapshot(ws) == before
+
+
+def test_all_tags_finished_jobs_and_reports_each_skip(ws):
+    add_job(
+        ws,
+        "local_20261122_054800_ab12-JAX-tiny",
+        JOBKIT_LOGS / "launch-tiny-20steps-mfu.log",
+    )
+    add_job(
+        ws,
+        "local_20261122_055000_ef56-JAX-tiny-x",
+        JOBKIT_LOGS / "launch-config-error-no_such_key.log",
+    )
+    add_job(
+        ws,
+        "local_20261122_055100_aa00-JAX-tiny-run",
+        JOBKIT_LOGS / "launch-tiny-20steps-mfu.log",
+        None,
+        False,
+    )
+    add_job(
+        ws,
+        "33-JAX-tiny-tgs100",
+        JOBKIT_LOGS / "launch-tiny-20steps-mfu.log",
+        job_dir=False,
+    )
+    for i, log in enumerate(sorted(ws.glob("*.log"))):
+        os.utime(log, (1_800_000_000 + i, 1_800_000_000 + i))
+    result = run("tag", "--all", "--workspace", str(ws))
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert f"renamed {PRE1}.log -> {TAGGED}.log (4,882 TGS/device)" in lines
+    assert "renamed local_20261122_054800_ab12-JAX-tiny.log -> local_20261122_054800_ab12-JAX-tiny-tgs24719.log (24,719 TGS/device)" in lines  # fmt: skip
+    skips = [line for line in lines if line.startswith("skip ")]
+    assert skips == [
+        "skip 33-JAX-tiny-tgs100: already tagged; nothing to do",
+        (
+            "skip local_20261122_055000_ef56-JAX-tiny-x: no steady-state steps (5-14) in its log, so no TGS to tag "
+            "it with (runs need steps>=15)"
+        ),
+        (
+            "skip local_20261122_055100_aa00-JAX-tiny-run: no JOB SUMMARY in its log yet (still running?); tag it "
+            "once it has finished"
+        ),
+    ]
+    logs = sorted(p.name for p in ws.glob("*.log"))
+    assert logs == [
+        f"{TAGGED}.log",
+        "33-JAX-tiny-tgs100.log",
+        "local_20261122_054800_ab12-JAX-tiny-tgs24719.log",
+        "local_20261122_055000_ef56-JAX-tiny-x.log",
+        "local_20261122_055100_aa00-JAX-tiny-run.log",
+    ]
+    assert (ws / "local_20261122_054800_ab12-JAX-tiny-tgs24719" / "log").resolve().is_file()
+    assert run("tag", "--all", "--workspace", str(ws)).output.count("already tagged") == 3, "idempotent"
