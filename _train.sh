@@ -165,7 +165,8 @@ main() {
   if coredump_enabled; then
     # The interpreter itself, for `gdb <executable> <core>`: a pyenv shim or a wrapper script on PATH is not it.
     local exe
-    exe=$("$python" -c 'import sys; print(sys.executable)' 2>/dev/null) || exe=$(command -v "$python" || echo "$python")
+    exe=$("$python" -c 'import sys; print(sys.executable)' 2>/dev/null) && [[ -n $exe ]] ||
+      exe=$(command -v "$python" || echo "$python")
     coredump_setup "$JOB_WORKSPACE/$JOB_DIR" "$exe"
     # core_pattern is the whole machine's: put it back however this script ends.
     trap coredump_restore EXIT

@@ -38,7 +38,7 @@ _coredump_pattern_file() { echo "${COREDUMP_PATTERN_FILE:-/proc/sys/kernel/core_
 _coredump_state_dir() { echo "${COREDUMP_STATE_DIR:-/run/jobkit-coredump}"; }
 _coredump_host() { local h=${HOSTNAME:-$(uname -n)}; echo "${h%%.*}"; }
 _coredump_is_ours() { [[ $1 == /*/cores/core.%h.%e.%p ]]; }
-_coredump_read() { local v; v=$(<"$1") 2>/dev/null || return 1; printf '%s' "$v"; }
+_coredump_read() { local v; { v=$(<"$1"); } 2>/dev/null || return 1; printf '%s' "$v"; }
 
 coredump_check() {
   case ${COREDUMP:-0} in
