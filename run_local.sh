@@ -156,6 +156,8 @@ main() {
 
   local status
   status=$(job_status_word "$rc" "$(( cancelled ? 1 : 0 ))" "$JOB_WORKSPACE/$JOB_DIR" "$log_file")
+  # Training that saved and exited 0 when the watchdog stopped it still hung: the exit status says so.
+  [[ $status == HANG ]] && (( rc == 0 )) && rc=1
   (( rc == 0 )) || print_oom_kill_note "$oom_before"
   local detail=""
   [[ $status == HANG ]] && detail="$(<"$JOB_WORKSPACE/$JOB_DIR/hang/HANG")"

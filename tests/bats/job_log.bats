@@ -82,4 +82,9 @@ setup() { source "$REPO_DIR/utils/lib/job_log.sh"; }
   mkdir -p "$BATS_TEST_TMPDIR/hang" && echo "phase training, last step 3, 9 s since" >"$BATS_TEST_TMPDIR/hang/HANG"
   [ "$(job_status_word 143 0 "$BATS_TEST_TMPDIR")" = HANG ]
   [ "$(job_status_word 143 1 "$BATS_TEST_TMPDIR")" = CANCELLED ]
+  # with checkpointing, MaxText answers the watchdog's TERM by saving and exiting 0: still a hang
+  local stopped=$BATS_TEST_DIRNAME/../fixtures/joblog/preempted-2node-sigterm.log
+  [ "$(job_status_word 0 0 "$BATS_TEST_TMPDIR" "$stopped")" = HANG ]
+  # a hang reported (HANG_ACTION=report) that training got over, finishing its run: a success
+  [ "$(job_status_word 0 0 "$BATS_TEST_TMPDIR" "$BATS_TEST_TMPDIR/target.log")" = SUCCESS ]
 }

@@ -208,3 +208,162 @@ def test_dry_run_and_not_retried_exit_codes(tmp_path):
     off = CliRunner().invoke(main, ["requeue", str(log)], env={"MAX_RETRIES": "0"})
     assert off.exit_code == 3
     assert "retries used up (0 allowed, this was attempt 1)" in off.output
+
+
+# --------------------------------------------------------------------------------- real jobs on the cluster
+# (imports here, after the unit tests, keep the units runnable without the cluster helpers' set-up cost)
+import os  # noqa: E402
+import signal  # noqa: E402
+import time  # noqa: E402
+
+from job_observation import TRAINING_CMDLINE, header, live_processes_of  # noqa: E402
+from slurm_cluster import job_env, local_cluster, submit_job  # noqa: E402, F401  (the session fixture)
+from webhook import Receiver  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[2]
+JOBKIT = str(REPO / ".venv" / "bin" / "jobkit")
+CHECKPOINTING = ["enable_checkpointing=true", "async_checkpointing=false"]
+
+
+def wait_for(predicate, timeout: float, what: str, poll: float = 0.5):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = predicate()
+        if found:
+            return found
+        time.sleep(poll)
+    pytest.fail(f"{what}: not within {timeout:.0f}s")
+
+
+def read(path: Path) -> str:
+    return path.read_text() if path.exists() else ""
+
+
+def rank0_steps(text: str) -> list[int]:
+    return [int(s) for s in re.findall(r"^0: .*completed step: (\d+),", text, re.M)]
+
+
+def next_attempt(log: Path, timeout: float) -> tuple[str, Path]:
+    m = wait_for(
+        lambda: re.search(r"^== REQUEUED as job (\d+) .*==$", read(log), re.M), timeout, f"{log.name} requeued"
+    )
+    new_id = m.group(1)
+    new_log = wait_for(lambda: next(log.parent.glob(f"{new_id}-*.log"), None), 240, f"job {new_id}'s log")
+    return new_id, new_log
+
+
+def training_pids(job_id, rank):
+    pids = live_processes_of(job_id, TRAINING_CMDLINE)
+    return [p for p in pids if f"NODE_RANK={rank}".encode() in Path(f"/proc/{p}/environ").read_bytes().split(b"\0")]
+
+
+def test_time_limit_saves_a_checkpoint_and_the_requeued_attempt_resumes_from_it(local_cluster, tmp_path):  # noqa: F811
+    env = job_env(local_cluster, tmp_path / "ws", tmp_path / "jax_cache")
+    # Slurm checks limits about every 30 s: a 45 s warning lands 45-75 s before the 2-minute limit.
+    env.update(MAX_RETRIES="1", TIME_LIMIT_SIGNAL_LEAD="45")
+    job_id, log = submit_job(
+        env, "tiny:tl:", "-N", "2", "--time=2", "--", "steps=100000", "enable_autocheckpoint=true", *CHECKPOINTING
+    )
+    second = None
+    try:
+        second, second_log = next_attempt(log, 240)
+        wait_for(lambda: rank0_steps(read(second_log)), 180, "the second attempt's first step")
+        # A person cancelling the second attempt: not something to retry.
+        local_cluster.run(["scancel", second])
+        wait_for(lambda: re.search(r"^== not requeued: .*==$", read(second_log), re.M), 120, "the second attempt's end")
+    finally:
+        local_cluster.run(["scancel", job_id, *([second] if second else [])], check=False)
+    first_text, second_text = log.read_text(), second_log.read_text()
+    assert re.search(r"^== TIME LIMIT near \(Slurm's warning, 45s ahead\)", first_text, re.M), first_text[-3000:]
+    stopped = re.search(
+        r"Status: STOPPED \(exit 0\) — time limit near; .*checkpoint at step (\d+) in (\S+)", first_text
+    )
+    assert stopped, first_text[-3000:]
+    saved = int(stopped.group(1))
+    assert Path(stopped.group(2)).is_dir()
+    assert re.search(rf"^== REQUEUED as job {second} \(attempt 2 of 2\): time-limit ==$", first_text, re.M)
+    head = header(second_text)
+    assert (head["ATTEMPT"], head["RETRY_OF"], head["MAX_RETRIES"]) == ("2", job_id, "1")
+    assert f"restoring from this run's directory step {saved}" in second_text
+    # MaxText logs a step's metrics one step late: the first line of the resumed run is the saved step's or the next.
+    assert saved <= rank0_steps(second_text)[0] <= saved + 1, rank0_steps(second_text)[:3]
+    assert re.search(r"^== not requeued: cancelled", second_text, re.M), second_text[-2000:]
+    first_dir, second_dir = log.with_suffix(""), second_log.with_suffix("")
+    assert (first_dir / "next").resolve() == second_dir.resolve()
+    assert (second_dir / "previous").resolve() == first_dir.resolve()
+    assert (first_dir / "artifact").resolve() == (second_dir / "artifact").resolve()  # the same snapshot
+    assert live_processes_of(job_id) == [] and live_processes_of(second) == []
+
+
+def test_two_node_hang_is_told_by_the_monitor_and_the_requeued_attempt_resumes(local_cluster, tmp_path):  # noqa: F811
+    ws = tmp_path / "ws"
+    env = job_env(local_cluster, ws, tmp_path / "jax_cache")
+    env.update(HANG_TIMEOUT="5", HANG_STEP_FACTOR="5", MAX_RETRIES="1")
+    state = tmp_path / "monitor.json"
+    with Receiver() as hook:
+        job_id, log = submit_job(env, "tiny:hq:", "-N", "2", "--", "steps=40", "checkpoint_period=10", *CHECKPOINTING)
+        monitor_env = {**env, "JOBKIT_NOTIFY_URLS": hook.url}
+        watch = [JOBKIT, "monitor", "--workspace", str(ws), "--state", str(state)]
+        monitor = subprocess.Popen([*watch, "--interval", "1", job_id], env=monitor_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)  # fmt: skip
+        second = None
+        try:
+            wait_for(
+                lambda: (
+                    re.search(r"^1: .*Saved a checkpoint at step 10\.", read(log), re.M)
+                    and (rank0_steps(read(log)) or [0])[-1] >= 12
+                ),
+                300,
+                "a checkpoint at step 10 and step 12",
+            )
+            (pid,) = training_pids(job_id, rank=1)
+            os.kill(pid, signal.SIGSTOP)
+            second, second_log = next_attempt(log, 180)
+            wait_for(
+                lambda: re.search(r"^== not requeued: .*==$", read(second_log), re.M), 300, "the second attempt's end"
+            )
+            wait_for(
+                lambda: json.loads(read(state) or "{}").get("jobs", {}).get(second, {}).get("done"),
+                60,
+                "the monitor done",
+            )
+        finally:
+            monitor.terminate()
+            out, _ = monitor.communicate(timeout=30)
+            local_cluster.run(["scancel", job_id, *([second] if second else [])], check=False)
+            for pid in live_processes_of(job_id, TRAINING_CMDLINE):
+                os.kill(pid, signal.SIGKILL)
+        posts = [f"{p['title']}: {p['message']}" for p in hook.posts]
+        # A restarted monitor (the same state file) repeats nothing.
+        again = subprocess.run([*watch, "--once", job_id], env=monitor_env, capture_output=True, text=True, timeout=60)
+        assert len(hook.posts) == len(posts)
+    text, second_text = log.read_text(), second_log.read_text()
+    # Attempt 1: the watchdog fired, both hosts' stacks are in, the job ended as HANG and was requeued.
+    assert re.search(r"^\d: == HANG detected \(phase training, last step \d+, \d+ s since\) ==$", text, re.M), text[
+        -4000:
+    ]
+    assert re.search(r"Status: HANG \(exit \d+\) — phase training", text), text[-3000:]
+    hang = log.with_suffix("") / "hang"
+    assert sorted(p.name for p in hang.glob("*.txt")) == ["node1.txt", "node2.txt"]
+    assert "state T (stopped)" in (hang / "node2.txt").read_text()
+    node1 = (hang / "node1.txt").read_text()
+    assert "Thread " in node1 and "state T" not in node1, node1
+    assert re.search(rf"^== REQUEUED as job {second} \(attempt 2 of 2\): hang: training ==$", text, re.M)
+    # Attempt 2 resumed from attempt 1's last checkpoint (step 10, or the one MaxText saved when the watchdog
+    # stopped it), not from 0, and finished.
+    saved = max(int(s) for s in re.findall(r"^0: .*Saved a checkpoint at step (\d+)\.", text, re.M))
+    assert saved >= 10
+    assert f"restoring from this run's directory step {saved}" in second_text
+    assert saved <= rank0_steps(second_text)[0] <= saved + 1, rank0_steps(second_text)[:3]
+    assert "Status: SUCCESS (exit 0)" in second_text
+    assert re.search(r"^== not requeued: succeeded ==$", second_text, re.M)
+    # The monitor: one line per event, on stdout and (failures) to the webhook, the new attempt followed too.
+    events = re.findall(r"^\S+ job (\S+) ([\w-]+): (.*)$", out, re.M)
+    kinds = [(j, k) for j, k, _ in events]
+    assert (job_id, "state", "(tiny 2N) FAILED (was RUNNING)") in events, out
+    for expected in [(job_id, "first-step"), (job_id, "hang"), (job_id, "failure"), (job_id, "requeued"), (second, "first-step"), (second, "verdict")]:  # fmt: skip
+        assert expected in kinds, out
+    assert len(events) == len(set(events)), out  # nothing told twice
+    assert any(p.startswith(f"job {job_id}: hang: (tiny 2N) HANG detected — phase training") for p in posts), posts
+    assert any(p.startswith(f"job {job_id}: requeued: REQUEUED as job {second} (attempt 2 of 2)") for p in posts), posts
+    assert not any(f"job {second}: verdict" in p for p in posts), posts  # a PASS is not a failure
+    assert again.returncode == 0 and " job " not in again.stdout, again.stdout

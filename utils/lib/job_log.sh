@@ -37,13 +37,17 @@ print_job_header() {
 }
 
 # job_status_word EXIT_CODE CANCELLED(0|1) [JOB_DIR [LOG]] -> SUCCESS | FAILED | CANCELLED | HANG | STOPPED
-# HANG: training failed after the hang watchdog wrote JOB_DIR/hang/HANG (py/jobkit/hang_watchdog.py).
+# HANG: the hang watchdog wrote JOB_DIR/hang/HANG (py/jobkit/hang_watchdog.py) and training then failed, or
+# stopped early (with checkpointing on, MaxText answers the watchdog's TERM by saving and exiting 0).
 # STOPPED: training exited 0 but stopped early (job_stopped_early): not a success.
 job_status_word() {
+  local hung=0 early=0
+  [[ -n ${3:-} && -f $3/hang/HANG ]] && hung=1
+  [[ -n ${4:-} ]] && job_stopped_early "$4" >/dev/null && early=1
   if (( $2 )); then echo CANCELLED
-  elif (( $1 == 0 )); then
-    if [[ -n ${4:-} ]] && job_stopped_early "$4" >/dev/null; then echo STOPPED; else echo SUCCESS; fi
-  elif [[ -n ${3:-} && -f $3/hang/HANG ]]; then echo HANG
+  elif (( $1 == 0 && ! early )); then echo SUCCESS
+  elif (( hung )); then echo HANG
+  elif (( $1 == 0 )); then echo STOPPED
   else echo FAILED
   fi
 }
