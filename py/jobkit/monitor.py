@@ -67,6 +67,8 @@ _REQUEUED = re.compile(r"^== REQUEUED as job (\d+) .*==$", re.M)
 _REQUEUE_END = re.compile(r"^== (?:not requeued|REQUEUE FAILED): (.*) ==$", re.M)
 # Seconds after a job's JOB SUMMARY during which its requeue line may still come.
 REQUEUE_WAIT = 120
+# A log changed this recently counts as a current job even before the monitor's first start.
+RECENT = 600
 
 
 class MonitorError(Exception):
@@ -198,11 +200,13 @@ class Monitor:
             ids += self._sweep_jobs()
         if not self.given and not self.sweep:
             ids += list(queue or {})
-            started = self.state["started"]
+            # Logs written since the monitor first started, or in the last minutes (a run_local.sh job, or a
+            # job that ended just before): older ones are history, not news.
+            since = min(self.state["started"], time.time() - RECENT)
             if self.ws.is_dir():
                 for log in self.ws.glob("*.log"):
                     m = re.match(r"^(\d+|local_\d{8}_\d{6}_[0-9a-f]{4})-", log.name)
-                    if m and log.stat().st_mtime >= started:
+                    if m and log.stat().st_mtime >= since:
                         ids.append(m.group(1))
         jobs = self.state["jobs"]
         return [j for j in dict.fromkeys(ids) if not jobs.get(j, {}).get("done")]
@@ -213,8 +217,15 @@ class Monitor:
         if not (self.given or self.sweep):
             ids = self.candidates(queue)
         events: list[Event] = []
-        for job_id in ids:
-            events += self._look(job_id, (queue or {}).get(job_id), queue is not None)
+        looked: set[str] = set()
+        while ids:
+            for job_id in ids:
+                looked.add(job_id)
+                events += self._look(job_id, (queue or {}).get(job_id), queue is not None)
+            # A job requeued during this poll: look at its next attempt now, not a poll later.
+            ids = [j for j in self.state["follow"] if j not in looked and not self.state["jobs"].get(j, {}).get("done")]
+            if ids:
+                queue = {**(queue or {}), **(queue_states(ids) or {})}
         return events
 
     def _emit(self, record: dict, job_id: str, key: str, kind: str, text: str) -> list[Event]:

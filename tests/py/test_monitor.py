@@ -1,0 +1,298 @@
+"""`jobkit monitor`: events from real-shaped squeue/sacct answers (PATH stubs) and job logs, notifications
+through real apprise to a real HTTP receiver, the state file, and the daemon."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from webhook import Receiver
+
+from jobkit import monitor
+from jobkit.cli import main
+
+REPO = Path(__file__).resolve().parents[2]
+HEADER = "JOB_ID={id}\nJOB_NAME=tiny\nNNODES=2\nJOB_NODELIST=node[1-2]\nMODEL_NAME=tiny\nMAX_RETRIES={retries}\n"
+STEP = "0: I1124 07:31:08.338372 1 metric_logger.py:265] completed step: {n}, seconds: 0.1, Tokens/s/device: {tgs}, loss: 5.9\n"
+SUMMARY = "==== JOB SUMMARY ====\n  Status: {status} (exit {rc})\n=====================\n"
+
+
+class Cluster:
+    """squeue / sacct stubs answering from files, in the shapes real Slurm 22.05 prints for these options."""
+
+    def __init__(self, tmp_path: Path, monkeypatch):
+        self.dir = tmp_path / "slurm"
+        self.dir.mkdir()
+        self.queue = self.dir / "queue"  # lines "ID|STATE", as squeue -h -t all -o '%i|%T'
+        self.acct = self.dir / "acct"  # lines "ID|STATE", as sacct -n -X -P -o JobID,State
+        self.queue.write_text("")
+        self.acct.write_text("")
+        bindir = tmp_path / "bin"
+        bindir.mkdir()
+        (bindir / "squeue").write_text(f"#!/bin/sh\n[ -e {self.dir}/down ] && exit 1\ncat {self.queue}\n")
+        (bindir / "sacct").write_text(f"#!/bin/sh\ncat {self.acct}\n")
+        for tool in ("squeue", "sacct"):
+            (bindir / tool).chmod(0o755)
+        monkeypatch.setenv("PATH", f"{bindir}:{os.environ['PATH']}")
+
+    def set(self, queue: str = "", acct: str = ""):
+        self.queue.write_text(queue)
+        self.acct.write_text(acct)
+
+
+@pytest.fixture
+def env(tmp_path, monkeypatch):
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    monkeypatch.setenv("JOB_WORKSPACE", str(ws))
+    monkeypatch.delenv("JOBKIT_NOTIFY_URLS", raising=False)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    return ws, Cluster(tmp_path, monkeypatch)
+
+
+def write_log(ws: Path, job_id: str, steps=(), status=None, rc=0, body="", retries=0, tgs=lambda n: 1000.0) -> Path:
+    log = ws / f"{job_id}-tiny.log"
+    text = HEADER.format(id=job_id, retries=retries) + "".join(STEP.format(n=n, tgs=tgs(n)) for n in steps) + body
+    if status:
+        text += SUMMARY.format(status=status, rc=rc)
+    log.write_text(text)
+    return log
+
+
+def poll(*args) -> list[tuple[str, str, str]]:
+    result = CliRunner().invoke(main, ["monitor", "--once", "--no-notify", *args])
+    assert result.exit_code == 0, result.output
+    events = []
+    for line in result.output.splitlines()[1:]:
+        _, _, job_id, rest = line.split(" ", 3)
+        kind, text = rest.split(": ", 1)
+        events.append((job_id, kind, text))
+    return events
+
+
+def test_a_job_from_queue_to_end_is_told_once_per_event(env):
+    ws, slurm = env
+    slurm.set("500|PENDING\n")
+    assert poll("500") == [("500", "state", "PENDING")]
+    slurm.set("500|RUNNING\n")
+    write_log(ws, "500")
+    assert poll("500") == [("500", "state", "(tiny 2N) RUNNING (was PENDING)")]
+    write_log(ws, "500", steps=range(3))
+    assert poll("500") == [("500", "first-step", "(tiny 2N) first step (step 0)")]
+    assert poll("500") == []  # nothing new, nothing said
+    body = "0: jaxlib.xla_extension.XlaRuntimeError: RESOURCE_EXHAUSTED: Out of memory\ntiny 2N (job 500): TGS n/a — FAIL (oom)\n"
+    write_log(ws, "500", steps=range(3), status="FAILED", rc=1, body=body)
+    slurm.set("", "500|FAILED\n")
+    assert poll("500") == [
+        ("500", "state", "(tiny 2N) FAILED (was RUNNING)"),
+        ("500", "verdict", "tiny 2N (job 500): TGS n/a — FAIL (oom)"),
+        (
+            "500",
+            "failure",
+            "(tiny 2N) oom; evidence: 0: jaxlib.xla_extension.XlaRuntimeError: RESOURCE_EXHAUSTED: Out of memory; host: node1",
+        ),
+    ]
+    state = json.loads((ws / ".monitor" / "state.json").read_text())
+    assert state["jobs"]["500"]["done"] is True
+    assert poll("500") == []
+
+
+def test_a_requeued_job_is_followed_into_its_next_attempt(env):
+    ws, slurm = env
+    body = "0: == HANG detected (phase training, last step 4, 9 s since) ==\n== REQUEUED as job 501 (attempt 2 of 2): hang: training ==\n"
+    write_log(ws, "500", steps=range(5), status="HANG", rc=143, body=body, retries=1)
+    slurm.set("501|PENDING\n", "500|FAILED\n")
+    events = poll("500")
+    assert ("500", "requeued", "REQUEUED as job 501 (attempt 2 of 2): hang: training") in events
+    assert ("501", "state", "PENDING") in events
+
+
+def test_without_a_requeue_line_a_job_with_retries_is_watched_a_while(env, monkeypatch):
+    ws, slurm = env
+    write_log(
+        ws, "500", steps=range(5), status="FAILED", rc=1, body="0: Traceback (most recent call last):\n", retries=2
+    )
+    slurm.set("", "500|FAILED\n")
+    poll("500")
+    state_file = ws / ".monitor" / "state.json"
+    assert not json.loads(state_file.read_text())["jobs"]["500"].get("done")
+    monkeypatch.setattr(monitor, "REQUEUE_WAIT", 0)
+    CliRunner().invoke(main, ["monitor", "--once", "--no-notify", "500"])
+    assert json.loads(state_file.read_text())["jobs"]["500"]["done"] is True
+
+
+def test_hang_marker_and_a_stall_the_watchdog_did_not_report(env):
+    ws, slurm = env
+    slurm.set("500|RUNNING\n501|RUNNING\n")
+    write_log(ws, "500", steps=range(8))
+    hang = ws / "500-tiny" / "hang"
+    hang.mkdir(parents=True)
+    (hang / "HANG").write_text("phase training, last step 7, 312 s since, noticed on node1 (rank 0)\n")
+    write_log(ws, "501", steps=range(8))
+    first = poll("--stall", "1", "500", "501")
+    assert (
+        "500",
+        "hang",
+        f"(tiny 2N) HANG detected — phase training, last step 7, 312 s since, noticed on node1 (rank 0); stacks in {hang}/",
+    ) in first
+    time.sleep(1.2)
+    second = poll("--stall", "1", "500", "501")
+    assert [e[:2] for e in second] == [("501", "stalled")]
+    assert (
+        second[0][2].startswith("(tiny 2N) no new step for ")
+        and "since step 7 (and no watchdog report)" in second[0][2]
+    )
+    assert poll("--stall", "1", "500", "501") == []  # one stall, one alert
+    write_log(ws, "501", steps=range(9))
+    poll("--stall", "1", "500", "501")
+    time.sleep(1.2)
+    assert [e[:2] for e in poll("--stall", "1", "500", "501")] == [("501", "stalled")]  # a new stall is news
+
+
+def test_throughput_drop_below_the_jobs_own_steady_state(env):
+    ws, slurm = env
+    slurm.set("500|RUNNING\n")
+    write_log(ws, "500", steps=range(30))
+    assert [e[1] for e in poll("500")] == ["state", "first-step"]
+    write_log(ws, "500", steps=range(45), tgs=lambda n: 1000.0 if n < 30 else 600.0)
+    (drop,) = poll("500")
+    assert drop == (
+        "500",
+        "tgs-drop",
+        "(tiny 2N) TGS 600/device over the last steps, 40% below its steady state 1,000 (step 44)",
+    )
+    write_log(ws, "500", steps=range(46), tgs=lambda n: 1000.0 if n < 30 else 850.0)
+    assert poll("500") == []  # 15% is inside the default 20%
+
+
+def test_all_of_the_users_jobs_without_ids_and_a_local_run(env):
+    ws, slurm = env
+    slurm.set("600|RUNNING\n")
+    write_log(ws, "600", steps=range(2))
+    local = "local_20261124_080000_abcd"
+    write_log(ws, local, steps=range(2), status="SUCCESS", body="tiny 1N (job x): 1,000 TGS/device — PASS\n")
+    events = poll()
+    assert ("600", "state", "(tiny 2N) RUNNING") in events
+    assert (local, "state", "(tiny 2N) COMPLETED") in events
+    assert (local, "verdict", "tiny 1N (job x): 1,000 TGS/device — PASS") in events
+    assert not any(kind == "failure" for _, kind, _ in events)
+
+
+def test_squeue_down_changes_nothing_and_says_nothing(env):
+    ws, slurm = env
+    slurm.set("500|RUNNING\n")
+    write_log(ws, "500")
+    poll("500")
+    (slurm.dir / "down").write_text("")
+    assert poll("500") == []
+
+
+def test_failures_are_notified_and_a_bad_target_is_reported_once_per_poll(env, monkeypatch):
+    ws, slurm = env
+    slurm.set("500|RUNNING\n")
+    write_log(ws, "500", steps=range(3))
+    with Receiver() as hook:
+        with Receiver() as gone:
+            dead = gone.url
+        monkeypatch.setenv("JOBKIT_NOTIFY_URLS", f"{hook.url} {dead}")
+        first = CliRunner().invoke(main, ["monitor", "--once", "500"])
+        assert first.exit_code == 0
+        assert hook.posts == []  # RUNNING and a first step are not failures
+        (ws / "500-tiny" / "hang").mkdir(parents=True)
+        (ws / "500-tiny" / "hang" / "HANG").write_text("phase training, last step 2, 9 s since\n")
+        second = CliRunner().invoke(main, ["monitor", "--once", "500"])
+        posts = hook.wait(1)
+    assert second.exit_code == 0, second.output
+    assert [p["title"] for p in posts] == ["job 500: hang"]
+    assert posts[0]["message"].startswith("(tiny 2N) HANG detected — phase training, last step 2")
+    assert posts[0]["type"] == "failure"
+    failed = [line for line in second.output.splitlines() if "notification failed" in line]
+    assert len(failed) == 1 and "Connection error" in failed[0]
+
+
+def test_level_all_sends_progress_too(env, monkeypatch):
+    ws, slurm = env
+    slurm.set("500|RUNNING\n")
+    write_log(ws, "500", steps=range(3))
+    with Receiver() as hook:
+        monkeypatch.setenv("JOBKIT_NOTIFY_URLS", hook.url)
+        result = CliRunner().invoke(main, ["monitor", "--once", "--level", "all", "500"])
+        posts = hook.wait(2)
+    assert result.exit_code == 0
+    assert sorted(p["title"] for p in posts) == ["job 500: first-step", "job 500: state"]
+    assert {p["type"] for p in posts} == {"info"}
+
+
+def test_a_malformed_url_does_not_stop_the_monitor(env, monkeypatch):
+    ws, slurm = env
+    slurm.set("", "500|FAILED\n")
+    write_log(ws, "500", steps=range(3), status="FAILED", rc=1, body="0: Traceback (most recent call last):\n")
+    monkeypatch.setenv("JOBKIT_NOTIFY_URLS", "nota://url")
+    result = CliRunner().invoke(main, ["monitor", "--once", "500"])
+    assert result.exit_code == 0
+    assert result.output.count("notification failed") == 1
+    assert "not a URL apprise knows" in result.output
+    assert " job 500 failure: (tiny 2N) python-exception" in result.output
+
+
+@pytest.mark.parametrize(
+    ("args", "setup", "message"),
+    [
+        (["tiny-job"], None, "'tiny-job' is not a job id"),
+        (["500"], "corrupt", "cannot be read"),
+        (["500"], "shared-config", "readable or writable by others"),
+    ],
+)
+def test_bad_input_is_one_line(env, args, setup, message):
+    ws, _ = env
+    if setup == "corrupt":
+        (ws / ".monitor").mkdir()
+        (ws / ".monitor" / "state.json").write_text("{not json")
+    if setup == "shared-config":
+        conf = Path(os.environ["XDG_CONFIG_HOME"]) / "jobkit" / "notify.conf"
+        conf.parent.mkdir(parents=True)
+        conf.write_text("json://127.0.0.1:9/x\n")
+        conf.chmod(0o644)
+    result = CliRunner().invoke(main, ["monitor", "--once", *args])
+    assert result.exit_code == 2
+    assert message in result.output
+    assert len(result.output.strip().splitlines()) == 1
+    if setup == "corrupt":
+        assert (ws / ".monitor" / "state.json").read_text() == "{not json"  # the user's file is left as it was
+
+
+def test_daemon_runs_in_the_background_refuses_a_second_and_stops(env, tmp_path):
+    ws, slurm = env
+    slurm.set("700|RUNNING\n")
+    state = tmp_path / "m" / "state.json"
+    jobkit = [sys.executable, "-m", "jobkit"]
+    run_env = dict(os.environ)
+    start = subprocess.run([*jobkit, "monitor", "--daemon", "--no-notify", "--interval", "0.2", "--state", str(state), "700"],
+                           env=run_env, capture_output=True, text=True, timeout=30)  # fmt: skip
+    assert start.returncode == 0, start.stderr
+    pid_file, log_file = state.with_name("state.pid"), state.with_name("state.log")
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and "job 700 state: RUNNING" not in (
+        log_file.read_text() if log_file.exists() else ""
+    ):
+        time.sleep(0.1)
+    pid = int(pid_file.read_text())
+    try:
+        assert "job 700 state: RUNNING" in log_file.read_text()
+        again = subprocess.run([*jobkit, "monitor", "--daemon", "--state", str(state)], env=run_env, capture_output=True, text=True, timeout=30)  # fmt: skip
+        assert again.returncode == 1 and f"already running as pid {pid}" in again.stderr
+        stop = subprocess.run([*jobkit, "monitor", "--stop", "--state", str(state)], env=run_env, capture_output=True, text=True, timeout=30)  # fmt: skip
+        assert stop.returncode == 0 and stop.stdout.strip() == f"stopped monitor {pid}"
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and Path(f"/proc/{pid}").exists():
+            time.sleep(0.05)
+        assert not Path(f"/proc/{pid}").exists()
+        assert not pid_file.exists()
+    finally:
+        if Path(f"/proc/{pid}").exists():
+            os.kill(pid, signal.SIGKILL)
