@@ -42,6 +42,14 @@ class Job:
     tgs: float | None
     log: str
     modified: float
+    attempt: int = 1  # this job's attempt (ATTEMPT in its header; 2 = the first requeue)
+    attempts: int = 1  # how many it may have: 1 + MAX_RETRIES
+    retry_of: str = ""  # the attempt before it (RETRY_OF)
+
+    @property
+    def tries(self) -> str:
+        """`2/3` for attempt 2 of at most 3; `-` for a job that was never to be requeued."""
+        return f"{self.attempt}/{self.attempts}" if self.attempts > 1 or self.attempt > 1 else "-"
 
 
 def workspace(given: str | None) -> Path:
@@ -77,7 +85,14 @@ def read_job(path: Path) -> Job:
         value,
         str(path),
         path.stat().st_mtime,
+        _count(header.get("ATTEMPT"), 1),
+        1 + _count(header.get("MAX_RETRIES"), 0),
+        header.get("RETRY_OF", ""),
     )
+
+
+def _count(value: str | None, default: int) -> int:
+    return int(value) if value and value.isdigit() else default
 
 
 def resolve(ws: Path, spec: str) -> Path:
@@ -107,8 +122,8 @@ def _tgs_text(value: float | None) -> str:
 
 
 def format_table(jobs: list[Job]) -> str:
-    rows = [("JOB", "NAME", "NODES", "STATUS", "WALL", "TGS/device")]
-    rows += [(j.job_id, j.name, j.nodes, j.status, j.wall, _tgs_text(j.tgs)) for j in jobs]
+    rows = [("JOB", "NAME", "NODES", "STATUS", "WALL", "TGS/device", "TRY")]
+    rows += [(j.job_id, j.name, j.nodes, j.status, j.wall, _tgs_text(j.tgs), j.tries) for j in jobs]
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows)
 
@@ -119,7 +134,7 @@ def format_table(jobs: list[Job]) -> str:
 @click.option("--last", type=click.IntRange(1), help="Only the N newest jobs.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per job, one per line.")
 def jobs_command(ws, model, last, as_json):
-    """The workspace's jobs, oldest first: id, name, nodes, status, wall time, steady-state TGS/device."""
+    """The workspace's jobs, oldest first: id, name, nodes, status, wall time, steady-state TGS/device, attempt."""
     try:
         logs = job_logs(workspace(ws))
     except JobsError as exc:

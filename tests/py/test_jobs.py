@@ -40,7 +40,7 @@ def test_jobs_table_lists_every_job_oldest_first_with_status_wall_and_tgs(worksp
     result = run("jobs", "--workspace", str(workspace))
     assert result.exit_code == 0, result.output
     lines = result.output.splitlines()
-    assert lines[0].split() == ["JOB", "NAME", "NODES", "STATUS", "WALL", "TGS/device"]
+    assert lines[0].split() == ["JOB", "NAME", "NODES", "STATUS", "WALL", "TGS/device", "TRY"]
     rows = [line.split() for line in lines[1:]]
     assert [r[0] for r in rows] == ["local_20261122_054800_ab12", "31", "local_20261122_055000_ef56"]
     assert [r[3] for r in rows] == ["SUCCESS", "STOPPED", "FAILED"]
@@ -48,6 +48,23 @@ def test_jobs_table_lists_every_job_oldest_first_with_status_wall_and_tgs(worksp
     assert rows[1][2] == "2" and rows[2][5] == "-", "no steps, no TGS"
     tgs_line = run("tgs", "--line", str(workspace / "local_20261122_054800_ab12-JAX-tiny.log")).output
     assert rows[0][5] in tgs_line, "the same steady-state TGS as the end-of-run line"
+    assert [r[6] for r in rows] == ["-", "-", "-"], "never to be requeued"
+
+
+def test_jobs_shows_each_attempt_of_a_requeued_job(workspace):
+    first = workspace / "31-JAX-tiny-pre1.log"
+    text = first.read_text()
+    second = workspace / "32-JAX-tiny-pre1.log"
+    second.write_text(text.replace("JOB_ID=31", "JOB_ID=32\nATTEMPT=2\nRETRY_OF=31\nMAX_RETRIES=2", 1))
+    first.write_text(text.replace("JOB_ID=31", "JOB_ID=31\nMAX_RETRIES=2", 1))
+    result = run("jobs", "--workspace", str(workspace), "--json")
+    records = {r["job_id"]: r for r in map(json.loads, result.output.splitlines())}
+    assert (records["31"]["attempt"], records["31"]["attempts"], records["31"]["retry_of"]) == (1, 3, "")
+    assert (records["32"]["attempt"], records["32"]["attempts"], records["32"]["retry_of"]) == (2, 3, "31")
+    table = {
+        line.split()[0]: line.split()[-1] for line in run("jobs", "--workspace", str(workspace)).output.splitlines()[1:]
+    }
+    assert (table["31"], table["32"]) == ("1/3", "2/3")
 
 
 def test_jobs_filters_and_json(workspace):
