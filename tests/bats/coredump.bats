@@ -13,7 +13,8 @@ setup() {
   export COREDUMP_PATTERN_FILE=$BATS_TEST_TMPDIR/core_pattern COREDUMP_STATE_DIR=$BATS_TEST_TMPDIR/state
   unset COREDUMP COREDUMP_WAIT
   JOB=$BATS_TEST_TMPDIR/ws/local_1-JAX-tiny
-  OURS=$JOB/cores/core.%h.%e.%p
+  # The pattern goes through this shell's entry (the kernel keeps 127 bytes of it; a job dir may be longer).
+  OURS=$COREDUMP_STATE_DIR/users/$$.$(proc_start_time $$)/core.%h.%e.%p
   HOST=$(uname -n)
   HOST=${HOST%%.*}
 }
@@ -47,20 +48,35 @@ setup() {
   run bash -c 'source "$1"; ulimit -Hc unlimited; coredump_setup "$2" /x/python3; ulimit -Sc' _ "$REPO_DIR/utils/lib/coredump.sh" "$JOB"
   [ "$status" -eq 0 ]
   [ "${lines[0]}" = "[coredump] core limit: unlimited (was 0)" ]
-  [ "${lines[1]}" = "[coredump] cores go to: $JOB/cores/ on $HOST (core_pattern set to '$OURS', was 'core'; restored when training ends)" ]
+  [[ ${lines[1]} =~ ^"[coredump] cores go to: $JOB/cores/ on $HOST (core_pattern set to '$COREDUMP_STATE_DIR/users/"[0-9]+\.[0-9]+"/core.%h.%e.%p', a link to it; was 'core'; restored when training ends)"$ ]]
   [ "${lines[2]}" = "[coredump] executable: /x/python3" ]
   [ "${lines[3]}" = unlimited ]   # the shell that runs training has the raised limit
   [ -d "$JOB/cores" ]
   # run's subshell ended: its registry entry is dead, and the pattern still says ours. In this shell now:
   coredump_setup "$JOB" /x/python3 >/dev/null
   [ "$(cat "$COREDUMP_PATTERN_FILE")" = "$OURS" ]
-  [ "$(ls "$COREDUMP_STATE_DIR/users")" = "$$.$(proc_start_time $$)" ]
+  [ "$(ls "$COREDUMP_STATE_DIR/users")" = "$$.$(proc_start_time $$)" ]   # the dead entry is gone
+  [ "$(readlink "$COREDUMP_STATE_DIR/users/$$.$(proc_start_time $$)")" = "$JOB/cores" ]
   run coredump_restore
   [ "$output" = "[coredump] core_pattern on $HOST: restored to 'core'" ]
   coredump_restore
   [ "$(cat "$COREDUMP_PATTERN_FILE")" = core ]
   [ -z "$(ls "$COREDUMP_STATE_DIR/users")" ]
   coredump_restore   # idempotent: nothing more to say or do
+  [ "$(cat "$COREDUMP_PATTERN_FILE")" = core ]
+}
+
+@test "a job dir longer than the kernel keeps in a pattern still gets its cores; a state dir that long is refused" {
+  echo core >"$COREDUMP_PATTERN_FILE"
+  local long
+  long=$BATS_TEST_TMPDIR/ws/local_1-JAX-$(printf 'x%.0s' {1..200})
+  coredump_setup "$long" python3 >/dev/null
+  [ "$(cat "$COREDUMP_PATTERN_FILE")" = "$OURS" ]
+  (( ${#OURS} <= 127 ))
+  [ "$(readlink "${OURS%/*}")" = "$long/cores" ]
+  coredump_restore >/dev/null
+  COREDUMP_STATE_DIR=$BATS_TEST_TMPDIR/$(printf 's%.0s' {1..120}) run coredump_setup "$JOB" python3
+  [[ ${lines[1]} == *"(core_pattern not changed: '"*"/core.%h.%e.%p' is longer than the kernel's 127 bytes (a shorter COREDUMP_STATE_DIR fixes it))" ]]
   [ "$(cat "$COREDUMP_PATTERN_FILE")" = core ]
 }
 
@@ -74,12 +90,14 @@ setup() {
   echo core >"$COREDUMP_PATTERN_FILE"
   # Another job of this node, still running, that set its own pattern.
   sleep 60 &
-  local other=$! other_pattern=$BATS_TEST_TMPDIR/ws/local_2-JAX-tiny/cores/core.%h.%e.%p
-  mkdir -p "$COREDUMP_STATE_DIR/users"
-  echo "$other_pattern" >"$COREDUMP_STATE_DIR/users/$other.$(proc_start_time "$other")"
+  local other=$! other_entry other_pattern
+  other_entry=$COREDUMP_STATE_DIR/users/$other.$(proc_start_time "$other")
+  other_pattern=$other_entry/core.%h.%e.%p
+  mkdir -p "$COREDUMP_STATE_DIR/users" "$BATS_TEST_TMPDIR/ws/local_2-JAX-tiny/cores"
+  ln -s "$BATS_TEST_TMPDIR/ws/local_2-JAX-tiny/cores" "$other_entry"
   echo "$other_pattern" >"$COREDUMP_PATTERN_FILE"
   run coredump_setup "$JOB" python3   # ours replaces ours
-  [[ $output == *"core_pattern set to '$OURS', was '$other_pattern'"* ]]
+  [[ $output == *"core_pattern set to '$OURS', a link to it; was '$other_pattern'"* ]]
   coredump_setup "$JOB" python3 >/dev/null
   run coredump_restore
   [ "$output" = "[coredump] core_pattern on $HOST: restored to '$other_pattern' (another job of this node still keeps its cores)" ]

@@ -8,7 +8,7 @@
 #                               return 2. Called by run_local.sh / submit.sh before a job exists, and by _train.sh.
 #   coredump_enabled            true when COREDUMP=1
 #   coredump_setup JOB_PATH EXE raises the soft core limit to the hard one, makes JOB_PATH/cores/, points this
-#                               node's core_pattern at JOB_PATH/cores/core.%h.%e.%p when it may (below), and prints
+#                               node's core_pattern there (through a short link, below) when it may, and prints
 #                               "[coredump] ..." lines: the limit, "cores go to: ...", the executable (for gdb).
 #   coredump_restore            puts core_pattern back; idempotent, so an EXIT trap may call it again
 #   coredump_after RC [PID]     after training (PID) ended with RC: on a signal that dumps core, waits (at most
@@ -19,11 +19,13 @@
 #
 # core_pattern is one value for the whole machine (every job, every user, every "node" of a one-machine test
 # cluster), so it is changed only as root, with a writable file, and only from the kernel's default `core`
-# or from one of ours (`/.../cores/core.%h.%e.%p`). Anything else (a systemd-coredump or apport pipe, a site's
-# own pattern) is left alone and the log says where that node's cores go. Jobs of this node that hold the
-# pattern are registered in COREDUMP_STATE_DIR (default /run/jobkit-coredump; users/<pid>.<start time>, under a
-# flock): when one ends, the pattern goes to the newest job still running, and the last one puts `core` back.
-# A job killed with KILL cannot restore; the next COREDUMP job on the node finds its entry dead and does.
+# or from one of ours. Anything else (a systemd-coredump or apport pipe, a site's own pattern) is left alone and
+# the log says where that node's cores go. Each job of this node that sets the pattern has an entry in
+# COREDUMP_STATE_DIR (default /run/jobkit-coredump): users/<pid>.<start time of _train.sh>, a symlink to its
+# <job dir>/cores, and the pattern is <that link>/core.%h.%e.%p: the kernel keeps at most 127 bytes of a
+# pattern (silently cut), and a job dir's path alone may be longer. Entries change under a flock. When a job
+# ends, the pattern goes to the newest job still running, and the last one puts `core` back. A job killed with
+# KILL cannot restore; the next COREDUMP job on the node finds its entry dead and does.
 # COREDUMP_PATTERN_FILE replaces /proc/sys/kernel/core_pattern (tests).
 
 # shellcheck source=utils/lib/process.sh
@@ -37,7 +39,8 @@ _coredump_err() { echo "${0##*/}: $*" >&2; }
 _coredump_pattern_file() { echo "${COREDUMP_PATTERN_FILE:-/proc/sys/kernel/core_pattern}"; }
 _coredump_state_dir() { echo "${COREDUMP_STATE_DIR:-/run/jobkit-coredump}"; }
 _coredump_host() { local h=${HOSTNAME:-$(uname -n)}; echo "${h%%.*}"; }
-_coredump_is_ours() { [[ $1 == /*/cores/core.%h.%e.%p ]]; }
+_coredump_is_ours() { [[ $1 == "$(_coredump_state_dir)"/users/*/core.%h.%e.%p ]]; }
+_COREDUMP_PATTERN_MAX=127   # bytes the kernel keeps (CORENAME_MAX_SIZE less the NUL)
 _coredump_read() { local v; { v=$(<"$1"); } 2>/dev/null || return 1; printf '%s' "$v"; }
 
 coredump_check() {
@@ -99,23 +102,25 @@ _coredump_locked() {
 _coredump_prune() {
   local f name
   for f in "$(_coredump_state_dir)"/users/*; do
-    [[ -f $f ]] || continue
+    [[ -L $f ]] || continue
     name=${f##*/}
     proc_alive "${name%%.*}" "${name#*.}" || rm -f "$f"
   done
 }
 
-# _coredump_claim PATTERN: registers this job and writes PATTERN; 3 when the current value is not ours to change.
+# _coredump_claim: registers this job (its link) and writes its pattern; 3 when the current value is not ours
+# to change. A write the kernel refused or cut puts the old value back.
 _coredump_claim() {
-  local pattern=$1 file current
-  file=$(_coredump_pattern_file)
+  local file current link
+  file=$(_coredump_pattern_file) link=$(_coredump_state_dir)/users/$_COREDUMP_TOKEN
   _coredump_prune
   current=$(_coredump_read "$file") || return 1
   [[ $current == "$_COREDUMP_DEFAULT" ]] || _coredump_is_ours "$current" || return 3
   COREDUMP_OLD_PATTERN=$current
-  printf '%s\n' "$pattern" >"$(_coredump_state_dir)/users/$_COREDUMP_TOKEN"
-  if ! { printf '%s\n' "$pattern" >"$file"; } 2>/dev/null || [[ $(_coredump_read "$file") != "$pattern" ]]; then
-    rm -f "$(_coredump_state_dir)/users/$_COREDUMP_TOKEN"
+  ln -sfn "$COREDUMP_DIR" "$link" || return 1
+  if ! { printf '%s\n' "$COREDUMP_PATTERN" >"$file"; } 2>/dev/null || [[ $(_coredump_read "$file") != "$COREDUMP_PATTERN" ]]; then
+    { printf '%s\n' "$current" >"$file"; } 2>/dev/null
+    rm -f "$link"
     return 1
   fi
 }
@@ -132,28 +137,31 @@ _coredump_release() {
     echo "[coredump] core_pattern on $(_coredump_host) is '$current' now (not ours): left as it is"
     return 0
   fi
-  newest=$(find "$dir/users" -type f -printf '%T@ %p\n' 2>/dev/null | sort -rn | head -1 | cut -d' ' -f2-)
-  [[ -z $newest ]] || next=$(<"$newest")
+  newest=$(find "$dir/users" -type l -printf '%T@ %p\n' 2>/dev/null | sort -rn | head -1 | cut -d' ' -f2-)
+  [[ -z $newest ]] || next=$newest/core.%h.%e.%p
   [[ $current == "$next" ]] || printf '%s\n' "$next" >"$file"
   echo "[coredump] core_pattern on $(_coredump_host): restored to '$next'${newest:+ (another job of this node still keeps its cores)}"
 }
 
 coredump_setup() {
-  local job_path=$1 exe=$2 file current ours reason="" rc=0
+  local job_path=$1 exe=$2 file current reason="" rc=0
   COREDUMP_DIR=$job_path/cores COREDUMP_SET=0 COREDUMP_OLD_PATTERN="" COREDUMP_SINCE=$(date +%s)
   _COREDUMP_TOKEN="$$.$(proc_start_time $$)"
+  COREDUMP_PATTERN=$(_coredump_state_dir)/users/$_COREDUMP_TOKEN/core.%h.%e.%p
   mkdir -p "$COREDUMP_DIR"
+  COREDUMP_DIR=$(cd "$COREDUMP_DIR" && pwd)   # the link must not depend on a working directory
   _coredump_raise_limit
   file=$(_coredump_pattern_file)
-  ours=$COREDUMP_DIR/core.%h.%e.%p
   if ! current=$(_coredump_read "$file"); then
     COREDUMP_WHERE="unknown: $file cannot be read on $(_coredump_host)"
     echo "[coredump] cores go to: $COREDUMP_WHERE"
   else
     if [[ ! -w $file ]]; then
       if (( EUID != 0 )); then reason="only root may change it"; else reason="$file is read-only here"; fi
+    elif (( ${#COREDUMP_PATTERN} > _COREDUMP_PATTERN_MAX )); then
+      reason="'$COREDUMP_PATTERN' is longer than the kernel's $_COREDUMP_PATTERN_MAX bytes (a shorter COREDUMP_STATE_DIR fixes it)"
     else
-      _coredump_locked _coredump_claim "$ours" || rc=$?
+      _coredump_locked _coredump_claim || rc=$?
       case $rc in
         0) COREDUMP_SET=1 ;;
         3) reason="it is not the kernel default '$_COREDUMP_DEFAULT', and this node's setting is not ours to change" ;;
@@ -162,7 +170,7 @@ coredump_setup() {
     fi
     if (( COREDUMP_SET )); then
       COREDUMP_WHERE="$COREDUMP_DIR/ on $(_coredump_host)"
-      echo "[coredump] cores go to: $COREDUMP_WHERE (core_pattern set to '$ours', was '$COREDUMP_OLD_PATTERN'; restored when training ends)"
+      echo "[coredump] cores go to: $COREDUMP_WHERE (core_pattern set to '$COREDUMP_PATTERN', a link to it; was '$COREDUMP_OLD_PATTERN'; restored when training ends)"
     else
       COREDUMP_WHERE=$(coredump_where "$current")
       echo "[coredump] cores go to: $COREDUMP_WHERE (core_pattern not changed: $reason)"
