@@ -231,3 +231,26 @@ def test_why_without_coredump_lines_says_how_to_keep_a_core_and_stays_quiet_for_
         "python-exception: ValueError",
         "  evidence: Traceback (most recent call last):",
     ]
+
+
+def test_why_lists_each_ranks_core_of_a_multi_node_job_and_blames_the_first_crash(tmp_path):
+    log = tmp_path / "4242-JAX-tiny.log"
+    header = "JOB_ID=4242\nJOB_NAME=JAX-tiny\nNNODES=2\nJOB_NODELIST=node[1-2]\nMODEL_NAME=tiny\n"
+    log.write_text(
+        header + "0: [coredump] executable: /opt/venv/bin/python3\n"
+        "1: [coredump] training killed by SIGABRT (exit 134) on node2\n"
+        "1: == CORE DUMP /ws/4242-JAX-tiny/cores/core.node2.jobkit.11 (2.0GiB) ==\n"
+        "0: [coredump] training killed by SIGABRT (exit 134) on node1\n"
+        "0: == CORE DUMP /ws/4242-JAX-tiny/cores/core.node1.jobkit.10 (2.1GiB) ==\n"
+    )
+    lines = why(log, "--status", "FAILED", "--exit-code", "1")
+    assert lines[:3] == [
+        "killed-by-signal: SIGABRT",
+        "  evidence: 1: [coredump] training killed by SIGABRT (exit 134) on node2",
+        "  host: node2",
+    ]
+    assert [line for line in lines if line.startswith("  core: ")] == [
+        "  core: /ws/4242-JAX-tiny/cores/core.node2.jobkit.11 (2.0GiB) (not on this machine)",
+        "  core: /ws/4242-JAX-tiny/cores/core.node1.jobkit.10 (2.1GiB) (not on this machine)",
+    ]
+    assert "    native stacks: gdb -batch -ex 'thread apply all bt' /opt/venv/bin/python3 " in lines[4]
