@@ -196,6 +196,8 @@ def submit(log_path: Path, decision: Decision, env: dict[str, str]) -> tuple[str
     result = subprocess.run(cmd, env=child_env, capture_output=True, text=True, timeout=300)
     if result.returncode != 0:
         said = (result.stderr.strip().splitlines() or result.stdout.strip().splitlines() or ["(no output)"])[-1]
+        if decision.exclude and "node configuration is not available" in said:
+            said += f" (too few nodes left once {','.join(decision.exclude)} is excluded; resubmit when it is back, or with fewer nodes)"
         raise RequeueError(f"submit.sh failed (exit {result.returncode}): {said}")
     m = re.search(r"^Submitted job (\d+)", result.stdout, re.M)
     d = re.search(r"^\s*job dir:\s*(\S+)", result.stdout, re.M)

@@ -88,3 +88,14 @@ setup() { source "$REPO_DIR/utils/lib/job_log.sh"; }
   # a hang reported (HANG_ACTION=report) that training got over, finishing its run: a success
   [ "$(job_status_word 0 0 "$BATS_TEST_TMPDIR" "$BATS_TEST_TMPDIR/target.log")" = SUCCESS ]
 }
+
+@test "cancel detail: Slurm's reason when it cancelled the job, else a person's scancel" {
+  local log=$BATS_TEST_TMPDIR/j.log
+  echo "slurmstepd-node1: error: *** JOB 148 ON node1 CANCELLED AT 2026-11-24T07:52:53 DUE TO NODE FAILURE, SEE SLURMCTLD LOG FOR DETAILS ***" >"$log"
+  [ "$(job_cancel_detail "$log")" = "cancelled by Slurm: node failure" ]
+  echo "slurmstepd: error: *** JOB 9 ON node1 CANCELLED AT 2026-11-24T07:52:53 DUE TO TIME LIMIT ***" >"$log"
+  [ "$(job_cancel_detail "$log")" = "cancelled by Slurm: time limit" ]
+  echo "slurmstepd: error: *** JOB 9 ON node1 CANCELLED AT 2026-11-24T07:52:53 ***" >"$log"
+  [ "$(job_cancel_detail "$log")" = "scancel / SIGTERM" ]
+  [ "$(job_cancel_detail "$BATS_TEST_TMPDIR/missing.log")" = "scancel / SIGTERM" ]
+}

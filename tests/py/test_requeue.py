@@ -367,3 +367,46 @@ def test_two_node_hang_is_told_by_the_monitor_and_the_requeued_attempt_resumes(l
     assert any(p.startswith(f"job {job_id}: requeued: REQUEUED as job {second} (attempt 2 of 2)") for p in posts), posts
     assert not any(f"job {second}: verdict" in p for p in posts), posts  # a PASS is not a failure
     assert again.returncode == 0 and " job " not in again.stdout, again.stdout
+
+
+def node_state(cluster, node: str) -> str:
+    return cluster.run(["sinfo", "-h", "-n", node, "-o", "%T"], check=False).stdout.strip()
+
+
+def test_a_node_that_fails_mid_job_is_excluded_from_the_requeued_attempt(local_cluster, tmp_path):  # noqa: F811
+    from node_faults import slurmd_pid
+
+    env = job_env(local_cluster, tmp_path / "ws", tmp_path / "jax_cache")
+    env.update(MAX_RETRIES="1")
+    job_id, log = submit_job(env, "tiny", "-N", "2", "--", "steps=100000")
+    slurmd = slurmd_pid("node2", local_cluster.state_dir)
+    try:
+        wait_for(lambda: re.search(r"^1: .*completed step: 2,", read(log), re.M), 300, "node2's step 2")
+        # node2's slurmd stops answering (its job step goes on): after SlurmdTimeout Slurm declares a node failure.
+        os.kill(slurmd, signal.SIGSTOP)
+        ended = wait_for(
+            lambda: re.search(r"^== (REQUEUED|REQUEUE FAILED|not requeued).*==$", read(log), re.M), 240, "the requeue"
+        )
+    finally:
+        os.kill(slurmd, signal.SIGCONT)
+        local_cluster.run(["scancel", job_id], check=False)
+        for pid in live_processes_of(job_id, TRAINING_CMDLINE):
+            os.kill(pid, signal.SIGKILL)
+        # The node comes back by itself (ReturnToService=2); resume it in case it has not yet.
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and node_state(local_cluster, "node2") != "idle":
+            local_cluster.run(["scontrol", "update", "nodename=node2", "state=resume"], check=False)
+            time.sleep(2)
+    text = log.read_text()
+    assert re.search(r"^srun: error: Node failure on node2$", text, re.M), text[-3000:]
+    assert "Status: CANCELLED (exit 143) — cancelled by Slurm: node failure" in text
+    # This cluster has two nodes: without node2 a 2-node job cannot be placed, and sbatch says so at once. That
+    # refusal is the proof that the next attempt excluded node2 (on a bigger cluster it runs on the others).
+    assert ended.group(0) == (
+        "== REQUEUE FAILED: submit.sh failed (exit 1): submit.sh: sbatch refused the job: sbatch: error: Batch job "
+        "submission failed: Requested node configuration is not available; fix the sbatch arguments before '--' "
+        "(too few nodes left once node2 is excluded; resubmit when it is back, or with fewer nodes) =="
+    ), ended.group(0)
+    record = json.loads((log.with_suffix("") / "requeue.json").read_text())
+    assert record["decision"]["exclude"] == ["node2"] and record["decision"]["why"].startswith("node-fail")
+    assert node_state(local_cluster, "node2") == "idle"

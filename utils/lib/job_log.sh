@@ -75,6 +75,14 @@ job_stop_detail() {
   if [[ -n $saved ]]; then printf '; checkpoint at step %s%s' "$saved" "${dir:+ in $dir}"; else printf '; no checkpoint saved'; fi
 }
 
+# job_cancel_detail LOG -> why a cancelled job was cancelled: Slurm's reason when its "*** JOB ... CANCELLED AT
+# ... DUE TO <reason>" line is in LOG (time limit, node failure, preemption), else a person's scancel.
+job_cancel_detail() {
+  local reason
+  reason=$(grep -m1 -o 'CANCELLED AT [^ ]* DUE TO [A-Z ]*' "$1" 2>/dev/null | sed 's/.* DUE TO //; s/ *$//') || true
+  if [[ -n $reason ]]; then echo "cancelled by Slurm: ${reason,,}"; else echo "scancel / SIGTERM"; fi
+}
+
 # memory_oom_kills -> how many processes the kernel's OOM killer has ended so far in this shell's memory
 # cgroup (v1 memory.oom_control or v2 memory.events, line "oom_kill N"); prints nothing when it cannot
 # tell. A job under a memory limit that is not Slurm's own cgroup plugin (which reports OOM kills itself:
