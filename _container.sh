@@ -71,6 +71,7 @@ _CONTAINER_ENV_ALLOWLIST=(
   HARDWARE_PEAK_TFLOPS TUNE_PROFILE TUNE_PROFILE_FILE ENABLE_XLA_DUMP CPU_DEVICES_PER_NODE   # training-tier knobs (train_env.sh)
   TRAIN_PYTHON MAXTEXT_FAST_EXIT                # training's interpreter; 0 = let Python exit slowly
   HANG_TIMEOUT HANG_COMPILE_TIMEOUT HANG_STEP_FACTOR HANG_ACTION   # the hang watchdog (py/jobkit/hang_watchdog.py)
+  COREDUMP COREDUMP_WAIT                        # core limit and where cores go (utils/lib/coredump.sh)
   _DEBUG                                        # set -x in the training tier too
 )
 # Deliberately not on the list (tests/bats/container.bats keeps these two lists honest against the README
@@ -79,6 +80,8 @@ _CONTAINER_ENV_ALLOWLIST=(
 # CONTAINER_STOP_TIMEOUT say how it is run; JAX_CACHE_DIR and VENV_DIR are host paths (the cache
 # is <workspace>/.jax_cache on the /outputs mount, the image brings its Python); XLA_FLAGS is the image's
 # own (change it per job with _env_XLA_FLAGS or TUNE_PROFILE); TMPDIR and USER are the container's own.
+# MAX_RETRIES and TIME_LIMIT_* are the batch script's (requeue, Slurm's time-limit warning);
+# JOBKIT_NOTIFY_URLS is the login node's (jobkit notify / monitor).
 
 _die() { echo "$_PROG: $1" >&2; exit "${2:-1}"; }
 _usage_error() { _die "$1; see '$_PROG --help'" 2; }

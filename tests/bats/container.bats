@@ -255,6 +255,8 @@ HOST_ONLY+=" JAX_CACHE_DIR VENV_DIR"                  # host paths; the containe
 HOST_ONLY+=" XLA_FLAGS TMPDIR USER"                   # the image's / the container's own
 HOST_ONLY+=" OUTPUT_PATH TB_BRIDGE_PARENT_PID"        # set inside the training tier itself
 HOST_ONLY+=" CANCEL_GRACE_SECONDS TASK_KILL_GRACE STAGE_STOP_GRACE EARLY_DEATH_CHECK_SECONDS"   # orchestration's own
+HOST_ONLY+=" MAX_RETRIES TIME_LIMIT_SIGNAL_LEAD TIME_LIMIT_SAVE_GRACE"   # the batch script's: requeue, time limit
+HOST_ONLY+=" JOBKIT_NOTIFY_URLS"                      # the login node's: jobkit notify / monitor
 
 @test "docker run: every training-side setting in the README tables and the training tier's sources crosses" {
   make_sandbox docker
@@ -263,7 +265,8 @@ HOST_ONLY+=" CANCEL_GRACE_SECONDS TASK_KILL_GRACE STAGE_STOP_GRACE EARLY_DEATH_C
   mapfile -t wanted < <({ readme_table_vars; training_tier_vars; } | sort -u)
   (( ${#wanted[@]} > 40 ))   # the README tables and the sources were found and read
   for name in "${wanted[@]}"; do
-    [[ " $HOST_ONLY " == *" $name "* ]] && continue
+    # JOB_WORKSPACE stays the sandbox's: a relative "v-JOB_WORKSPACE" was made in the caller's directory.
+    [[ " $HOST_ONLY " == *" $name "* || $name == JOB_WORKSPACE ]] && continue
     export "$name=v-$name"
   done
   CONTAINER_RUNTIME=docker run_container tiny
