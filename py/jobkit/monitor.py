@@ -136,15 +136,61 @@ def find_log(ws: Path, job_id: str) -> Path | None:
     return found[0] if found else None
 
 
-def steady_reference(entries: list[logparse.StepEntry], first: int = 5, count: int = 10) -> float | None:
+# Rank 0's TGS values the monitor keeps per job: the first steady ones (its reference) and the latest ones.
+STEADY_FROM, WINDOW = 5, 10
+# Most bytes of new log read in one poll: a job that printed more catches up over the next polls.
+READ_LIMIT = 64 << 20
+
+
+def follow_log(record: dict, path: Path) -> logparse.JobLog:
+    """Read what LOG gained since the last poll (the byte offset is kept in RECORD, so a poll costs the new
+    lines, not the whole log of a week-long job) and fold it into RECORD: header, first and last step,
+    TGS values, JOB SUMMARY. Returns a JobLog view of the job with this poll's new rank-0 entries."""
+    offset = record.get("offset", 0)
+    size = path.stat().st_size
+    if size < offset:  # the log was replaced (rewritten by hand): start over
+        offset = 0
+        record.pop("header", None)
+    with path.open("rb") as fh:
+        fh.seek(offset)
+        chunk = fh.read(min(size - offset, READ_LIMIT))
+    end = chunk.rfind(b"\n") + 1  # complete lines only: the rest is read once it is whole
+    lines = chunk[:end].decode("utf-8", errors="replace").splitlines()
+    record["offset"] = offset + end
+    new = logparse.parse_lines(lines, str(path))
+    if "header" not in record:
+        record["header"] = new.header  # only the log's first lines are its header
+    if new.footer_status is not None:
+        record["footer"] = [new.footer_status, new.footer_exit]
+    entries = [e for e in new.entries if e.node in (None, 0)]
+    if entries:
+        record.setdefault("first_step", entries[0].step)
+        first = record["first_step"]
+        steady = record.setdefault("tgs_steady", [])
+        recent = record.setdefault("tgs_recent", [])
+        for e in entries:
+            if not e.tgs:
+                continue
+            if e.step >= first + STEADY_FROM and len(steady) < WINDOW:
+                steady.append(e.tgs)
+            recent.append(e.tgs)
+        del recent[:-WINDOW]
+    log = logparse.JobLog(str(path))
+    log.header = dict(record.get("header", {}))
+    log.entries = entries
+    log.footer_status, log.footer_exit = record.get("footer", [None, None])
+    return log
+
+
+def steady_reference(record: dict) -> float | None:
     """Median TGS of the job's first steady steps (rank 0's), or None before there are enough."""
-    values = [e.tgs for e in entries if e.step >= first and e.tgs]
-    return statistics.median(values[:count]) if len(values) >= count else None
+    values = record.get("tgs_steady", [])
+    return statistics.median(values) if len(values) >= WINDOW else None
 
 
-def recent_tgs(entries: list[logparse.StepEntry], count: int = 10) -> float | None:
-    values = [e.tgs for e in entries if e.tgs]
-    return statistics.median(values[-count:]) if len(values) >= count else None
+def recent_tgs(record: dict) -> float | None:
+    values = record.get("tgs_recent", [])
+    return statistics.median(values) if len(values) >= WINDOW else None
 
 
 # -------------------------------------------------------------------------------------------- the monitor
@@ -237,8 +283,7 @@ class Monitor:
     def _look(self, job_id: str, queued: str | None, scheduler_answered: bool) -> list[Event]:
         record = self.state["jobs"].setdefault(job_id, {"seen": [], "state": None})
         log_path = find_log(self.ws, job_id)
-        log = logparse.parse_file(str(log_path)) if log_path else None
-        text = failures.read_tail(str(log_path)) if log_path else ""
+        log = follow_log(record, log_path) if log_path else None
         name = (log.header.get("MODEL_NAME", "") + f" {log.nnodes}N") if log and log.nnodes else ""
         who = f"({name}) " if name else ""
         events: list[Event] = []
@@ -264,13 +309,13 @@ class Monitor:
             return events
 
         # 2. Progress: first step, the watchdog's hang marker, the monitor's own stall check, TGS drop.
-        entries = [e for e in log.entries if e.node in (None, 0)]
-        if entries:
+        entries = log.entries  # this poll's new rank-0 steps
+        if "first_step" in record:
             events += self._emit(
-                record, job_id, "first-step", "first-step", f"{who}first step (step {entries[0].step})"
+                record, job_id, "first-step", "first-step", f"{who}first step (step {record['first_step']})"
             )
-            if entries[-1].step != record.get("last_step"):
-                record["last_step"], record["last_step_at"] = entries[-1].step, time.time()
+        if entries and entries[-1].step != record.get("last_step"):
+            record["last_step"], record["last_step_at"] = entries[-1].step, time.time()
         marker = log_path.with_suffix("") / "hang" / "HANG"
         if marker.is_file():
             events += self._emit(
@@ -294,7 +339,7 @@ class Monitor:
                 "stalled",
                 f"{who}no new step for {since:.0f} s since step {record['last_step']} (and no watchdog report)",
             )
-        ref, now = steady_reference(entries), recent_tgs(entries)
+        ref, now = steady_reference(record), recent_tgs(record)
         if ref and now and log.footer_status is None:
             if now < ref * (1 - self.tgs_drop / 100):
                 if not record.get("tgs_low"):
@@ -306,13 +351,18 @@ class Monitor:
                         f"tgs-drop:{record['drops']}",
                         "tgs-drop",
                         f"{who}TGS {now:,.0f}/device over the last steps, {100 * (1 - now / ref):.0f}% below its "
-                        f"steady state {ref:,.0f} (step {entries[-1].step})",
+                        f"steady state {ref:,.0f} (step {record['last_step']})",
                     )
             else:
                 record["tgs_low"] = False  # recovered: the next drop is news again
 
-        # 3. The end: verdict, failure class, requeue.
+        # 3. The end: verdict, failure class, requeue (read from the log's tail, once it has a JOB SUMMARY).
         if log.footer_status is not None:
+            text = failures.read_tail(str(log_path))
+            if record.get("first_step") is not None and not log.entries:
+                log.entries = [
+                    logparse.StepEntry(record.get("last_step", 0), 0, None, None, None, None, None)
+                ]  # it had steps
             verdict = _VERDICT.search(text)
             if verdict:
                 events += self._emit(record, job_id, "verdict", "verdict", verdict.group(0))
