@@ -53,7 +53,7 @@ ENDED = {
     "DEADLINE",
 }
 BAD_STATES = ENDED - {"COMPLETED"}
-FAILURE_EVENTS = {"hang", "stalled", "tgs-drop", "failure", "requeued", "requeue-failed"}
+FAILURE_EVENTS = {"hang", "stalled", "tgs-drop", "failure", "requeued", "requeue-failed", "backfill-failed"}
 # The log footer's status, for a job the scheduler has forgotten (and for run_local.sh jobs).
 STATUS_TO_STATE = {
     "SUCCESS": "COMPLETED",
@@ -395,7 +395,24 @@ class Monitor:
                 record, job_id, "failure", "failure", f"{who}{state.lower()} (the log has no JOB SUMMARY)"
             )
             record["done"] = True
+        if record.get("done") and (state in ENDED or job_id.startswith("local_")):
+            events += self._complete_backfill(record, job_id, log_path.with_suffix("") / "prometheus")
         return events
+
+    def _complete_backfill(self, record: dict, job_id: str, tsdb: Path) -> list[Event]:
+        """A RAY=1 job ended before its teardown backfilled every TensorBoard step into its TSDB (a time
+        limit, a scancel past KillWait): do it now, as every reader of the TSDB would."""
+        from jobkit import tb_backfill
+
+        if not tsdb.is_dir() or tb_backfill.pending(str(tsdb)) is None:
+            return []
+        said: list[str] = []
+        try:
+            tb_backfill.complete_pending(str(tsdb), out=lambda *a, **_: said.append(" ".join(map(str, a))))
+        except (tb_backfill.BackfillError, OSError) as exc:
+            return self._emit(record, job_id, "backfill", "backfill-failed", f"{tsdb}: {exc}")
+        last = said[-1] if said else "done"
+        return self._emit(record, job_id, "backfill", "backfill", f"completed the TSDB's TensorBoard backfill: {last}")
 
 
 def is_failure(event: Event) -> bool:

@@ -296,3 +296,23 @@ def test_daemon_runs_in_the_background_refuses_a_second_and_stops(env, tmp_path)
     finally:
         if Path(f"/proc/{pid}").exists():
             os.kill(pid, signal.SIGKILL)
+
+
+def test_an_ended_job_whose_teardown_did_not_backfill_gets_its_backfill_from_the_monitor(env):
+    from jobkit import tb_backfill
+
+    ws, slurm = env
+    write_log(ws, "500", steps=range(6), status="CANCELLED", rc=143)
+    slurm.set("", "500|CANCELLED\n")
+    tsdb = ws / "500-tiny" / "prometheus"
+    tsdb.mkdir(parents=True)
+    # What a RAY=1 job records when its Prometheus starts; a time limit ended it before its teardown backfilled.
+    tb_backfill.record_pending(REPO / "tests" / "fixtures" / "tensorboard", str(tsdb), ["job=exporters"], "vm")
+    events = poll("500")
+    (backfill,) = [e for e in events if e[1] == "backfill"]
+    assert backfill[2].startswith("completed the TSDB's TensorBoard backfill: ")
+    done = json.loads((tsdb / tb_backfill.DONE).read_text())
+    assert done["steps"] == 6 and done["samples"] > 6
+    assert not (tsdb / tb_backfill.PENDING).exists()
+    assert list(tsdb.glob("01*"))  # a real TSDB block, written by promtool
+    assert poll("500") == []
