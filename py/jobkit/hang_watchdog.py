@@ -39,6 +39,8 @@ import click
 from jobkit import procfs
 
 STARTUP, COMPILE, TRAINING = "startup", "compile", "training"
+# Written into the job dir by _job.sbatch when Slurm warns of the time limit: the watchdog TERMs training.
+TIME_LIMIT_MARKER = "time-limit-stop"
 INIT_MARKER = "After params initialized"  # MaxText prints it once the parameters exist; compiling follows
 STEP_RE = re.compile(r"completed step: (\d+), seconds: ([0-9.]+)")
 RANK_RE = re.compile(r"^\s*(\d+): ")
@@ -161,6 +163,9 @@ def find_training(job_id: str, node_rank: str) -> int | None:
         argv = procfs.cmdline(pid)
         if not any(a.endswith("jobkit") and b == "launch" for a, b in zip(argv, argv[1:], strict=False)):
             continue
+        if "ray-launch" in argv:
+            continue  # RAY=1's driver on rank 0: its command line holds training's, but it is not training
+
         env = procfs.environ(pid) or {}
         if env.get("JOB_ID") == job_id and env.get("NODE_RANK") == node_rank:
             found.append(pid)
@@ -247,6 +252,8 @@ class Watchdog:
         progress = Progress(self.node_rank if self.nnodes > 1 else None, changed_at=started)
         seen_training = False
         marker = self.hang_dir / MARKER_NAME
+        time_limit = self.hang_dir.parent / TIME_LIMIT_MARKER
+        saving = False  # TERM sent for the time limit: training is saving a checkpoint, not hanging
         pid: int | None = None
         while True:
             now = clock()
@@ -260,8 +267,14 @@ class Watchdog:
                     return 0  # training ended (or never started): nothing to watch
             else:
                 seen_training = True
+            if pid is not None and not saving and time_limit.exists():
+                # Only training gets the TERM (MaxText saves at its next step and stops): a TERM to the whole job
+                # step would also stop Ray and the exporters under training while it saves.
+                saving = True
+                os.kill(pid, signal.SIGTERM)
+                say(f"[hang] {self.host}: Slurm's time limit is near: TERM to training (pid {pid}) to save and stop")
             stalled = now - progress.changed_at
-            if pid is not None and not marker.exists() and stalled > limit(self.settings, progress):
+            if pid is not None and not saving and not marker.exists() and stalled > limit(self.settings, progress):
                 self.declare(progress, stalled)
             if marker.exists():
                 self.respond(pid, marker)

@@ -292,7 +292,10 @@ def test_time_limit_saves_a_checkpoint_and_the_requeued_attempt_resumes_from_it(
     assert (first_dir / "next").resolve() == second_dir.resolve()
     assert (second_dir / "previous").resolve() == first_dir.resolve()
     assert (first_dir / "artifact").resolve() == (second_dir / "artifact").resolve()  # the same snapshot
-    assert live_processes_of(job_id) == [] and live_processes_of(second) == []
+    wait_for(lambda: not live_processes_of(job_id) and not live_processes_of(second), 60, "both attempts gone")
+    # each node's watchdog, not a TERM to the whole step, asked its training to save and stop
+    for rank, host in ((0, "node1"), (1, "node2")):
+        assert re.search(rf"^{rank}: \[hang\] {host}: Slurm's time limit is near: TERM to training", first_text, re.M)
 
 
 def test_two_node_hang_is_told_by_the_monitor_and_the_requeued_attempt_resumes(local_cluster, tmp_path):  # noqa: F811
