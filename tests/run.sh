@@ -28,9 +28,11 @@ _run_bats() {
 }
 
 _run_pytest() {
-  local xml rc=0
+  local xml rc=0 arg where=tests/py
   xml=$(mktemp --suffix=.xml)
-  python -m pytest tests/py -p no:cacheprovider -rfE --junitxml="$xml" "$@" || rc=$?
+  # Test files or node ids given (`-- tests/py/test_x.py`): only those, not the whole directory as well.
+  for arg; do [[ $arg == tests/py/* ]] && where=""; done
+  python -m pytest ${where:+"$where"} -p no:cacheprovider -rfE --junitxml="$xml" "$@" || rc=$?
   if [[ -s $xml ]]; then
     local counts
     counts=$(python - "$xml" <<'PY'
