@@ -276,6 +276,11 @@ class Watchdog:
             stalled = now - progress.changed_at
             if pid is not None and not saving and not marker.exists() and stalled > limit(self.settings, progress):
                 self.declare(progress, stalled)
+            if marker.exists() and pid is None and not seen_training and now - started <= self.start_wait:
+                # Another node declared a hang before this node's training showed up (a slow start): wait for
+                # it, or its stacks would say "no training process found" and it would run on unwatched.
+                time.sleep(self.interval)
+                continue
             if marker.exists():
                 self.respond(pid, marker)
                 if self.settings.action == "cancel":

@@ -163,6 +163,7 @@ def test_a_marker_from_another_node_makes_this_node_capture_its_stacks_at_once(t
     (hang / "HANG").write_text("phase training, last step 40, 300 s since, noticed on hostB (rank 1)\n")
     (hang / "hostB.txt").write_text("stacks of hostB\n")
     try:
+        # Found even if it has not exec'd yet (a loaded machine): the watchdog waits for this node's training.
         # This node's own limit is far away (an hour): only the peer's marker can make it act.
         settings = hw.Settings(floor=3600, compile_allowance=3600, factor=10)
         dog, rc = run_watchdog(tmp_path, job_id, settings, ["completed step: 3, seconds: 0.1, loss: 8\n"], nnodes=2)

@@ -98,7 +98,8 @@ def test_ray_job_lands_every_step_host_and_ray_metrics_in_its_tsdb(tmp_path, jax
     workspace = tmp_path / "ws"
     result = subprocess.run(
         [str(REPO / "run_local.sh"), "tiny", "--", f"steps={steps}"],
-        env=ray_env(workspace, jax_cache),
+        # The job takes ~20 s: Ray's node metrics (default refresh 10 s) must be there for Prometheus to scrape.
+        env=ray_env(workspace, jax_cache, RAY_REPORTER_INTERVAL_MS="2000"),
         capture_output=True,
         text=True,
         timeout=600,
