@@ -23,7 +23,6 @@ import os
 import re
 import shutil
 import stat
-import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
@@ -31,18 +30,13 @@ from pathlib import Path
 
 import click
 
-from jobkit import failures, jobs, logparse
+from jobkit import failures, jobs, logparse, slurm
 
 SNAPSHOT = re.compile(r"^artifact_\d{8}_\d{6}_[0-9a-f]+$")
 # Longer than the hang watchdog's default allowance before the first step (HANG_COMPILE_TIMEOUT, 3600 s), the
 # longest a live job normally goes without writing to its log.
 LIVE_SECONDS = 2 * 3600
 FRESH_SECONDS = 3600
-# sacct states after which a job runs no more.
-SLURM_OVER = {
-    "BOOT_FAIL", "CANCELLED", "COMPLETED", "DEADLINE", "FAILED", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED",
-    "REVOKED", "TIMEOUT",
-}  # fmt: skip
 _QUEUED = {"PENDING", "CONFIGURING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "SUSPENDED", "RESV_DEL_HOLD"}
 
 
@@ -96,51 +90,14 @@ def find_snapshots(ws: Path) -> list[Snapshot]:
 def squeue_states() -> dict[str, str]:
     """Job id -> state of every job Slurm still holds; ArtifactsError when squeue cannot be asked."""
     try:
-        # %A: the job id (unique per array task, what SLURM_JOB_ID and the log name hold); %i: the `<base>_<n>` form.
-        result = subprocess.run(
-            ["squeue", "-h", "-a", "-o", "%A %i %T"],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            stdin=subprocess.DEVNULL,
-        )
-    except FileNotFoundError:
-        raise ArtifactsError("squeue is not on PATH") from None
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise ArtifactsError(f"squeue did not answer ({exc})") from None
-    if result.returncode != 0:
-        said = (result.stderr.strip() or result.stdout.strip() or "no output").splitlines()[-1]
-        raise ArtifactsError(f"squeue failed (exit {result.returncode}: {said})")
-    states = {}
-    for line in result.stdout.splitlines():
-        parts = line.split()
-        if len(parts) < 2:
-            continue
-        for job_id in parts[:-1]:
-            states[job_id] = parts[-1]
-            states.setdefault(job_id.split("_")[0], parts[-1])  # `4250_[2-3]`: pending tasks of array 4250
-    return states
+        return slurm.queue()
+    except slurm.SlurmError as exc:
+        raise ArtifactsError(str(exc)) from None
 
 
 def sacct_over(job_ids: list[str]) -> set[str]:
     """The jobs sacct says have ended; empty when sacct cannot be asked (then nothing is known to be over)."""
-    if not job_ids:
-        return set()
-    try:
-        result = subprocess.run(
-            ["sacct", "-n", "-X", "-P", "-o", "JobID,State", "-j", ",".join(job_ids)],
-            capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL,
-        )  # fmt: skip
-    except (OSError, subprocess.TimeoutExpired):
-        return set()
-    if result.returncode != 0:
-        return set()
-    over = set()
-    for line in result.stdout.splitlines():
-        job_id, _, state = line.partition("|")
-        if state.split(" ")[0] in SLURM_OVER:  # `CANCELLED by 1000`
-            over.add(job_id.strip())
-    return over
+    return {job_id for job_id, state in slurm.accounted(job_ids).items() if state in slurm.ENDED}
 
 
 def _age(seconds: float) -> str:

@@ -30,7 +30,6 @@ import os
 import re
 import signal
 import statistics
-import subprocess
 import sys
 import time
 from dataclasses import dataclass
@@ -38,20 +37,10 @@ from pathlib import Path
 
 import click
 
-from jobkit import failures, logparse, notify, requeue
+from jobkit import failures, logparse, notify, requeue, slurm
 from jobkit.jobs import workspace
 
-ENDED = {
-    "COMPLETED",
-    "FAILED",
-    "CANCELLED",
-    "TIMEOUT",
-    "NODE_FAIL",
-    "PREEMPTED",
-    "OUT_OF_MEMORY",
-    "BOOT_FAIL",
-    "DEADLINE",
-}
+ENDED = slurm.ENDED
 BAD_STATES = ENDED - {"COMPLETED"}
 FAILURE_EVENTS = {"hang", "stalled", "tgs-drop", "failure", "requeued", "requeue-failed", "backfill-failed"}
 # The log footer's status, for a job the scheduler has forgotten (and for run_local.sh jobs).
@@ -63,7 +52,6 @@ STATUS_TO_STATE = {
     "CANCELLED": "CANCELLED",
 }
 _VERDICT = re.compile(r"^\S.* — (PASS|FAIL \([^)]*\)|STOPPED early.*|status unknown)$", re.M)
-_REQUEUED = re.compile(r"^== REQUEUED as job (\d+) .*==$", re.M)
 _REQUEUE_END = re.compile(r"^== (?:not requeued|REQUEUE FAILED): (.*) ==$", re.M)
 # Seconds after a job's JOB SUMMARY during which its requeue line may still come.
 REQUEUE_WAIT = 120
@@ -88,44 +76,18 @@ class Event:
 # ------------------------------------------------------------------------------------------- the scheduler
 
 
-def _run(argv: list[str]) -> str | None:
+def queue_states() -> dict[str, str] | None:
+    """Job id -> state of the user's jobs Slurm holds, those that just ended included; None when squeue
+    cannot be asked (nothing is news then)."""
     try:
-        result = subprocess.run(argv, capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.TimeoutExpired):
+        return slurm.queue(user=os.environ.get("USER") or str(os.getuid()), include_ended=True)
+    except slurm.SlurmError:
         return None
-    return result.stdout if result.returncode == 0 else None
-
-
-def queue_states(job_ids: list[str] | None) -> dict[str, str] | None:
-    """Job id -> state for the user's queued/running jobs (or JOB_IDS); None when squeue cannot be asked."""
-    user = os.environ.get("USER") or str(os.getuid())
-    args = ["-j", ",".join(job_ids)] if job_ids else ["-u", user]
-    out = _run(["squeue", "-h", "-t", "all", *args, "-o", "%i|%T"])
-    if out is None:
-        # squeue -j with an id it no longer knows fails; ask one by one before giving up.
-        if job_ids and len(job_ids) > 1:
-            merged = {}
-            for job_id in job_ids:
-                merged.update(queue_states([job_id]) or {})
-            return merged
-        return None if not job_ids else {}
-    states = {}
-    for line in out.splitlines():
-        job_id, _, state = line.strip().partition("|")
-        if job_id and state:
-            states[job_id] = state.split()[0]
-    return states
 
 
 def final_state(job_id: str) -> str | None:
     """The state sacct keeps for an ended job, or None when there is no accounting."""
-    for extra in ([], ["-c"]):  # -c: the job completion file (jobcomp/filetxt clusters)
-        out = _run(["sacct", *extra, "-n", "-X", "-P", "-j", job_id, "-o", "JobID,State"])
-        for line in (out or "").splitlines():
-            jid, _, state = line.partition("|")
-            if jid.strip() == job_id and state.strip():
-                return state.split()[0].strip()
-    return None
+    return slurm.accounted([job_id]).get(job_id)
 
 
 # ----------------------------------------------------------------------------------------------- the log
@@ -258,10 +220,8 @@ class Monitor:
         return [j for j in dict.fromkeys(ids) if not jobs.get(j, {}).get("done")]
 
     def poll(self) -> list[Event]:
-        ids = self.candidates(None) if (self.given or self.sweep) else []
-        queue = queue_states(ids or None) if (ids or not (self.given or self.sweep)) else {}
-        if not (self.given or self.sweep):
-            ids = self.candidates(queue)
+        queue = queue_states()
+        ids = self.candidates(queue)
         events: list[Event] = []
         looked: set[str] = set()
         while ids:
@@ -271,7 +231,7 @@ class Monitor:
             # A job requeued during this poll: look at its next attempt now, not a poll later.
             ids = [j for j in self.state["follow"] if j not in looked and not self.state["jobs"].get(j, {}).get("done")]
             if ids:
-                queue = {**(queue or {}), **(queue_states(ids) or {})}
+                queue = queue_states()  # asked again: the new attempt was submitted after the last answer
         return events
 
     def _emit(self, record: dict, job_id: str, key: str, kind: str, text: str) -> list[Event]:
@@ -375,7 +335,7 @@ class Monitor:
                     ]
                 )
                 events += self._emit(record, job_id, "failure", "failure", f"{who}{found.label}{detail}")
-            requeued = _REQUEUED.search(text)
+            requeued = requeue.REQUEUED_LINE.search(text)
             ended = _REQUEUE_END.search(text)
             if requeued:
                 new = requeued.group(1)

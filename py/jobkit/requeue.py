@@ -50,7 +50,8 @@ BLAME_HOST = {"node-fail", "gpu-hardware"}
 CLAIM_FILE = "requeue.json"
 # _job.sbatch's line when Slurm's time-limit warning (--signal) asked training to save and stop.
 TIME_LIMIT_LINE = re.compile(r"^== TIME LIMIT near", re.M)
-_REQUEUED = re.compile(r"^== REQUEUED as job (\S+)", re.M)
+# The line a requeue leaves in the log (`command` prints it); jobkit monitor follows the new job from it.
+REQUEUED_LINE = re.compile(r"^== REQUEUED as job (\d+) .*==$", re.M)
 EXIT_NOT_RETRIED, EXIT_ERROR = 3, 1
 
 

@@ -95,7 +95,9 @@ class LocalCluster:
     def run(self, argv: list[str], timeout: float = 60, check: bool = True, **kw) -> subprocess.CompletedProcess:
         """Run ARGV with SLURM_CONF set; text, captured, raises on failure unless check=False."""
         kw.setdefault("env", tool_env(**self.env))
-        result = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL, **kw)
+        result = subprocess.run(
+            argv, check=False, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL, **kw
+        )
         if check and result.returncode != 0:
             raise AssertionError(
                 f"{argv} exited {result.returncode}\nstdout:\n{result.stdout}\nstderr:\n{result.stderr}"

@@ -28,7 +28,7 @@ class Cluster:
     def __init__(self, tmp_path: Path, monkeypatch):
         self.dir = tmp_path / "slurm"
         self.dir.mkdir()
-        self.queue = self.dir / "queue"  # lines "ID|STATE", as squeue -h -t all -o '%i|%T'
+        self.queue = self.dir / "queue"  # lines "ID ID STATE", as squeue -h -o '%A %i %T'
         self.acct = self.dir / "acct"  # lines "ID|STATE", as sacct -n -X -P -o JobID,State
         self.queue.write_text("")
         self.acct.write_text("")
@@ -41,7 +41,9 @@ class Cluster:
         monkeypatch.setenv("PATH", f"{bindir}:{os.environ['PATH']}")
 
     def set(self, queue: str = "", acct: str = ""):
-        self.queue.write_text(queue)
+        """QUEUE and ACCT as "ID|STATE" lines; squeue's are written in its own shape."""
+        lines = [line.split("|") for line in queue.splitlines()]
+        self.queue.write_text("".join(f"{job} {job} {state}\n" for job, state in lines))
         self.acct.write_text(acct)
 
 
