@@ -156,15 +156,19 @@ setup() {
   chmod 755 "$dir"
   echo core >"$dir/core_pattern"
   mkdir -m 777 "$dir/job"
+  # The library from a copy nobody can read: the checkout itself may sit in a 700 dir (mktemp -d).
+  mkdir -m 755 "$dir/lib"
+  cp "$REPO_DIR/utils/lib/coredump.sh" "$REPO_DIR/utils/lib/process.sh" "$dir/lib/"
+  chmod 644 "$dir/lib/"*
   local -a as_nobody=(setpriv --reuid=65534 --regid=65534 --clear-groups env HOME="$dir" COREDUMP_STATE_DIR="$dir/state")
-  run "${as_nobody[@]}" COREDUMP_PATTERN_FILE="$dir/core_pattern" bash -c 'cd "$2"; source "$1"; coredump_setup "$2/job" python3' _ "$REPO_DIR/utils/lib/coredump.sh" "$dir"
+  run "${as_nobody[@]}" COREDUMP_PATTERN_FILE="$dir/core_pattern" bash -c 'cd "$2"; source "$1"; coredump_setup "$2/job" python3' _ "$dir/lib/coredump.sh" "$dir"
   [ "$status" -eq 0 ]
   [ "${lines[1]}" = "[coredump] cores go to: $dir/ on $HOST, the crashing process's working directory (core_pattern 'core') (core_pattern not changed: only root may change it)" ]
   [ "$(cat "$dir/core_pattern")" = core ]
   # The node's real core_pattern, which no unprivileged process may write.
   local real
   real=$(cat /proc/sys/kernel/core_pattern)
-  run "${as_nobody[@]}" bash -c 'unset COREDUMP_PATTERN_FILE; source "$1"; coredump_setup "$2/job" python3' _ "$REPO_DIR/utils/lib/coredump.sh" "$dir"
+  run "${as_nobody[@]}" bash -c 'unset COREDUMP_PATTERN_FILE; source "$1"; coredump_setup "$2/job" python3' _ "$dir/lib/coredump.sh" "$dir"
   rm -rf "$dir"
   [ "$status" -eq 0 ]
   [[ ${lines[1]} == "[coredump] cores go to: "*" on $HOST"*"(core_pattern not changed: only root may change it)" ]]
