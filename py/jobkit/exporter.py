@@ -326,6 +326,13 @@ class Exporter:
             p.body = ""
         # else: STATE-only output, the cached body is replayed
 
+    def _settle(self, run, rc, timed_out=False):
+        """Record a finished run and publish its output in one step, under the render lock: a scrape between
+        the two would see the plugin up with its old body (or none, in the first cycle)."""
+        with self.render_lock:
+            self._finish(run, rc, timed_out)
+            self.publish()
+
     def publish(self):
         """Rebuild the plugins' part of the page (after every plugin that finished, so scrapes see it early)."""
         self.page = "".join(p.body for p in self.plugins.values() if not p.disabled).encode()
@@ -365,7 +372,7 @@ class Exporter:
                     self.log(f"plugin {run.plugin.name} wrote more than {MAX_OUTPUT} bytes: stopped")
                     self._done(key.fd)
                     self._kill(run)
-                    self._finish(run, -signal.SIGKILL)
+                    self._settle(run, -signal.SIGKILL)
                     continue
                 self._done(key.fd)
                 run.proc.stdout.close()
@@ -373,24 +380,24 @@ class Exporter:
                 if rc is None:
                     lingering.append(run)
                 else:
-                    self._finish(run, rc)
-                    self.publish()
+                    self._settle(run, rc)
         for run in lingering:
             try:
                 rc = run.proc.wait(max(0.0, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 self._kill(run)
-                self._finish(run, None, timed_out=True)
+                self._settle(run, None, timed_out=True)
             else:
-                self._finish(run, rc)
+                self._settle(run, rc)
         for fd, run in list(self.running.items()):
             self._done(fd)
             self._kill(run)
             if not self.stopping:
-                self._finish(run, None, timed_out=True)
+                self._settle(run, None, timed_out=True)
         if not self.stopping:
-            self.cycles += 1
-            self.publish()
+            with self.render_lock:
+                self.cycles += 1
+                self.publish()
 
     def _done(self, fd):
         self.selector.unregister(fd)
