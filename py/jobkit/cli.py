@@ -38,7 +38,7 @@ def _load(command: str, path: str) -> logparse.JobLog:
         _fail(command, str(exc), EXIT_BAD_INPUT)
 
 
-def _default_yml(log: logparse.JobLog) -> str | None:
+def default_yml(log: logparse.JobLog) -> str | None:
     # The launcher's model configs live in <repo>/configs/<MODEL_NAME>.yml.
     model = log.header.get("MODEL_NAME")
     if not model:
@@ -90,6 +90,7 @@ SUBCOMMANDS = {
     "tail": "jobkit.jobs:tail_command",
     "notify": "jobkit.notify:command",
     "requeue": "jobkit.requeue:command",
+    "analyze": "jobkit.analysis.command:command",
     "monitor": "jobkit.monitor:command",
     "tag": "jobkit.jobtag:command",
     "artifacts": "jobkit.artifacts:group",
@@ -157,7 +158,7 @@ def tgs_command(logfile, steady, as_json, as_line, status, exit_code, yml):
             "fix that line of the header (the job's node count) and rerun",
             EXIT_NO_NNODES,
         )
-    summary = tgs.summarize(log, window, yml or _default_yml(log))
+    summary = tgs.summarize(log, window, yml or default_yml(log))
     if as_line:
         click.echo(tgs.format_line(summary, verdict(log, status, exit_code)))
         return
