@@ -91,6 +91,7 @@ SUBCOMMANDS = {
     "notify": "jobkit.notify:command",
     "requeue": "jobkit.requeue:command",
     "analyze": "jobkit.analysis.command:command",
+    "compare": "jobkit.analysis.compare:command",
     "monitor": "jobkit.monitor:command",
     "tag": "jobkit.jobtag:command",
     "artifacts": "jobkit.artifacts:group",

@@ -13,6 +13,7 @@ which plot is which; an empty panel renders as a short note instead.
 import html
 import io
 import math
+import re
 from dataclasses import dataclass, field
 
 import matplotlib
@@ -29,6 +30,9 @@ matplotlib.rcParams.update(
         "grid.alpha": 0.3,
     }
 )
+
+
+_METADATA = re.compile(r"\s*<metadata>.*?</metadata>", re.S)
 
 
 @dataclass
@@ -108,6 +112,5 @@ def svg(panel: Panel, width: float = 7.0, height: float = 2.2) -> str:
     finally:
         plt.close(fig)
     text = buf.getvalue()
-    start = text.index("<svg")
-    body = text[start:]
+    body = _METADATA.sub("", text[text.index("<svg") :])  # matplotlib's RDF block: bytes no reader needs
     return body.replace("<svg", f'<svg class="plot" data-series="{names}"', 1)

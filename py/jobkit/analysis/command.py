@@ -56,15 +56,18 @@ def analyze(log_path: Path, out_dir: Path | None = None) -> tuple[buildmod.Analy
         raise AnalyzeError(
             f"the job dir {facts.job_dir} does not exist (log only); pass --output DIR to write the analysis elsewhere"
         ) from None
-    except PermissionError:
+    except OSError as e:  # permission denied, a read-only filesystem, ...
         raise AnalyzeError(
-            f"cannot create {target}: permission denied; pass --output DIR to write it elsewhere"
+            f"cannot create {target}: {e.strerror.lower()}; pass --output DIR to write it elsewhere"
         ) from None
-    if not os.access(target, os.W_OK):
-        raise AnalyzeError(f"cannot write in {target}: permission denied; pass --output DIR to write it elsewhere")
     result = buildmod.build(facts)
-    _write(target, "analysis.json", json.dumps(result.doc, indent=1, allow_nan=False) + "\n")
-    _write(target, "report.html", report.render(result))
+    try:
+        _write(target, "analysis.json", json.dumps(result.doc, indent=1, allow_nan=False) + "\n")
+        _write(target, "report.html", report.render(result))
+    except OSError as e:  # an analysis/ dir that exists but is not writable, a full disk
+        raise AnalyzeError(
+            f"cannot write in {target}: {e.strerror.lower()}; pass --output DIR to write it elsewhere"
+        ) from None
     return result, target
 
 

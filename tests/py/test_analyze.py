@@ -1,0 +1,355 @@
+"""`jobkit analyze` and `jobkit compare` on real tiny jobs: one RAY=1 (TSDB, exporter, Ray metrics), one plain,
+one that fails. Each job runs once per module; every test reads or copies it. The 2-node Slurm case is in
+test_slurm.py (its RAY=1 job is analysed there).
+
+What is checked is what the job really did: the steps its log shows (counted here by regex), the steady TGS
+that `jobkit tgs` prints, the host it ran on, the class `jobkit why` gives; and that analysing changes
+nothing in the job dir but analysis/.
+"""
+
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from conftest import REPO
+
+from jobkit.cli import main as jobkit_main
+
+STEP_LINE = re.compile(r"completed step: (\d+), seconds: [\d.]+.*?loss: ([\d.]+)")
+HOST = socket.gethostname().split(".", 1)[0]
+
+
+def _env(workspace, jax_cache, **extra):
+    env = dict(os.environ)
+    for name in ("XLA_FLAGS", "JAX_PLATFORMS", "TUNE_PROFILE", "VIRTUAL_ENV"):
+        env.pop(name, None)
+    env.update(JOB_WORKSPACE=str(workspace), CONTAINER_RUNTIME="none", JAX_CACHE_DIR=str(jax_cache), **extra)
+    return env
+
+
+def _run_job(workspace, jax_cache, *args, **extra):
+    result = subprocess.run(
+        [str(REPO / "run_local.sh"), "tiny", "--", *args],
+        env=_env(workspace, jax_cache, **extra),
+        capture_output=True,
+        text=True,
+        timeout=420,
+    )
+    logs = sorted(workspace.glob("local_*.log"))
+    assert len(logs) == 1, (logs, result.stdout[-3000:], result.stderr[-3000:])
+    return logs[0], result
+
+
+@pytest.fixture(scope="module")
+def jax_cache(tmp_path_factory):
+    return tmp_path_factory.mktemp("jax_cache")
+
+
+@pytest.fixture(scope="module")
+def ray_job(tmp_path_factory, jax_cache):
+    ws = tmp_path_factory.mktemp("ws_ray")
+    log, result = _run_job(
+        ws,
+        jax_cache,
+        "steps=40",
+        RAY="1",
+        TENSORBOARD="0",
+        EXPORTER_INTERVAL="2",
+        RAY_REPORTER_INTERVAL_MS="2000",
+    )
+    assert result.returncode == 0, result.stdout[-4000:]
+    return ws, log
+
+
+@pytest.fixture(scope="module")
+def plain_job(tmp_path_factory, jax_cache):
+    ws = tmp_path_factory.mktemp("ws_plain")
+    log, result = _run_job(ws, jax_cache, "steps=30", "per_device_batch_size=2")
+    assert result.returncode == 0, result.stdout[-4000:]
+    return ws, log
+
+
+@pytest.fixture(scope="module")
+def failed_job(tmp_path_factory, jax_cache):
+    ws = tmp_path_factory.mktemp("ws_failed")
+    log, result = _run_job(ws, jax_cache, "steps=5", "no_such_maxtext_key=1")
+    assert result.returncode != 0
+    return ws, log
+
+
+def analyze(ws, job="latest", *extra):
+    result = CliRunner().invoke(jobkit_main, ["analyze", job, "--workspace", str(ws), *extra])
+    return result
+
+
+def analysis_of(log):
+    return json.loads((log.with_suffix("") / "analysis" / "analysis.json").read_text())
+
+
+def logged_steps(log):
+    """{step: loss} of rank 0's step lines, read here independently of jobkit."""
+    return {int(m.group(1)): float(m.group(2)) for m in STEP_LINE.finditer(log.read_text())}
+
+
+def tree(path):
+    """Every file under PATH but analysis/, with size and mtime: what analysing must not change."""
+    out = {}
+    for p in sorted(path.rglob("*")):
+        rel = p.relative_to(path)
+        if rel.parts[0] == "analysis":
+            continue
+        st = p.lstat()
+        out[str(rel)] = (st.st_size, st.st_mtime_ns, st.st_mode)
+    return out
+
+
+# ---- a RAY=1 job -------------------------------------------------------------------------------------------
+def test_a_ray_job_analysis_holds_its_steps_steady_tgs_and_host(ray_job):
+    ws, log = ray_job
+    result = analyze(ws)
+    assert result.exit_code == 0, result.output
+    doc = analysis_of(log)
+    steps = logged_steps(log)
+    assert doc["steps"]["logged"] == len(steps) == 40
+    assert [p["step"] for p in doc["steps"]["per_step"]] == sorted(steps)
+    assert [p["loss"] for p in doc["steps"]["per_step"]] == [steps[s] for s in sorted(steps)]
+    tgs = CliRunner().invoke(jobkit_main, ["tgs", "--json", str(log)])
+    assert tgs.exit_code == 0, tgs.output
+    assert doc["throughput"]["tgs"]["mean"] == pytest.approx(json.loads(tgs.output)["tgs"], rel=1e-6)
+    assert doc["throughput"]["window"] == [5, 14]
+    assert doc["job"]["status"] == "SUCCESS" and doc["failure"] is None and doc["partial"] is None
+    assert doc["hosts"]["available"] and doc["hosts"]["names"] == [HOST]
+    for key in ("cpu", "memory", "net"):
+        assert list(doc["hosts"]["resources"][key]["per_host"]) == [HOST], key
+    assert doc["hosts"]["resources"]["net"]["per_host"][HOST]["samples"] >= 2  # a rate needs two scrapes
+    # learning rate from the event files, for the steps MaxText wrote there
+    assert sum(p.get("learning_rate") is not None for p in doc["steps"]["per_step"]) >= 30
+    assert any(s["name"].startswith("startup to first step") and s["seconds"] > 0 for s in doc["stages"])
+    missing = {m["panel"]: m["why"] for m in doc["missing"]}
+    assert "hw_gpu_busy_percent" in missing["GPU busy (mean over GPUs)"]  # a CPU node has no GPU plugin output
+    assert f"report: {log.with_suffix('')}/analysis/report.html" in result.output
+
+
+def test_analysing_changes_nothing_in_the_job_dir_but_analysis(ray_job):
+    ws, log = ray_job
+    job_dir = log.with_suffix("")
+    before, log_before = tree(job_dir), log.stat().st_mtime_ns
+    assert analyze(ws).exit_code == 0
+    assert tree(job_dir) == before  # the TSDB included: promtool reads it read-only
+    assert log.stat().st_mtime_ns == log_before
+    assert sorted(p.name for p in (job_dir / "analysis").iterdir()) == ["analysis.json", "report.html"]
+
+
+def test_the_report_renders_in_a_real_browser(ray_job):
+    from browser import load
+
+    ws, log = ray_job
+    assert analyze(ws).exit_code == 0
+    page = load(log.with_suffix("") / "analysis" / "report.html", "analyze-report-ray")
+    assert page.errors == []
+    doc = analysis_of(log)
+    plots = page.find_all("svg", class_="plot")
+    # loss, lr, grad norm, step time, TGS per step; one per host resource with data
+    assert len(plots) == 5 + len(doc["hosts"]["resources"])
+    for svg in plots:
+        assert svg.count("path") > 0, svg.attrs  # drawn lines, not an empty frame
+    assert page.text_of(id="status") == "SUCCESS"
+    assert HOST in page.find_all("svg", class_="plot")[-1].attrs.get("data-series", "")
+
+
+# ---- a plain job, a failed job ---------------------------------------------------------------------------
+def test_a_job_without_ray_says_which_panels_are_missing_and_why(plain_job):
+    ws, log = plain_job
+    result = analyze(ws)
+    assert result.exit_code == 0, result.output
+    doc = analysis_of(log)
+    assert doc["hosts"]["available"] is False
+    assert "without RAY=1" in doc["hosts"]["why_not"]
+    assert "missing per-host resources: the job ran without RAY=1" in result.output
+    assert doc["steps"]["logged"] == len(logged_steps(log)) == 30
+    html = (log.with_suffix("") / "analysis" / "report.html").read_text()
+    assert "id='no-hosts'" in html and "without RAY=1" in html
+    # self-contained: nothing to fetch (xmlns names are not fetched)
+    assert not re.search(r"(?:src|href)=[\"']?(?:https?:)?//", html) and "<link" not in html and "<script" not in html
+
+
+def test_a_failed_job_carries_the_class_and_evidence_that_jobkit_why_gives(failed_job):
+    ws, log = failed_job
+    result = analyze(ws)
+    assert result.exit_code == 0, result.output
+    doc = analysis_of(log)
+    why = CliRunner().invoke(jobkit_main, ["why", str(log)])
+    assert doc["failure"]["class"] == why.output.split()[0].split("(")[0] == "config-error"
+    assert doc["failure"]["evidence"] and doc["failure"]["evidence"] in why.output
+    assert doc["job"]["status"] == "FAILED"
+    assert {"panel": "loss, step time, TGS", "why": "the log has no 'completed step' lines"} in doc["missing"]
+    assert "failure: config-error" in result.output
+
+
+def test_an_injected_loss_spike_is_found_with_its_evidence(plain_job, tmp_path):
+    ws, log = plain_job
+    assert not [a for a in (analyze(ws).exit_code == 0 and analysis_of(log))["anomalies"] if a["kind"] == "loss-spike"]
+    steps = logged_steps(log)
+    spiked = 20
+    copy = tmp_path / log.name
+    text = log.read_text()
+    line = re.search(rf"^.*completed step: {spiked},.*$", text, re.M).group(0)
+    copy.write_text(text.replace(line, re.sub(r"\bloss: [\d.]+", f"loss: {steps[spiked] * 3:.3f}", line)))
+    result = analyze(tmp_path, "latest", "--output", str(tmp_path / "out"))
+    assert result.exit_code == 0, result.output
+    doc = json.loads((tmp_path / "out" / "analysis.json").read_text())
+    spikes = [a for a in doc["anomalies"] if a["kind"] == "loss-spike"]
+    assert [a["step"] for a in spikes] == [spiked]
+    assert f"step {spiked}: loss {steps[spiked] * 3:.6g}" in spikes[0]["evidence"]
+    assert f"anomaly loss-spike: loss spiked to {steps[spiked] * 3:.4g} at step {spiked}" in result.output
+
+
+def test_a_job_still_running_is_analysed_as_partial(plain_job, tmp_path):
+    ws, log = plain_job
+    running = tmp_path / log.name
+    running.write_text(log.read_text().split("==== JOB SUMMARY ====")[0])
+    result = analyze(tmp_path, "latest", "--output", str(tmp_path / "out"))
+    assert result.exit_code == 0, result.output
+    doc = json.loads((tmp_path / "out" / "analysis.json").read_text())
+    assert doc["partial"].startswith("the log has no JOB SUMMARY")
+    assert doc["job"]["status"] == "RUNNING" and doc["steps"]["logged"] == 30
+    assert "PARTIAL:" in result.output
+    assert "id='partial'" in (tmp_path / "out" / "report.html").read_text()
+
+
+# ---- bad input ---------------------------------------------------------------------------------------------
+def _copy_job(ws_from_log, dest):
+    """The job's log and dir (without its TSDB) in a fresh workspace DEST."""
+    log = ws_from_log
+    dest.mkdir(parents=True, exist_ok=True)
+    shutil.copy2(log, dest / log.name)
+    shutil.copytree(
+        log.with_suffix(""),
+        dest / log.with_suffix("").name,
+        symlinks=True,
+        ignore=shutil.ignore_patterns("prometheus", "analysis"),
+    )
+    return dest / log.name
+
+
+@pytest.mark.parametrize("damage", ["empty", "corrupt"])
+def test_an_empty_or_corrupt_tsdb_is_reported_not_a_traceback(ray_job, tmp_path, damage):
+    _, log = ray_job
+    copy = _copy_job(log, tmp_path / "ws")
+    prom = copy.with_suffix("") / "prometheus"
+    prom.mkdir()
+    if damage == "corrupt":
+        (prom / "wal").mkdir()
+        (prom / "wal" / "00000000").write_bytes(b"\x01garbage-not-a-wal-record" * 100)
+        (prom / "01ZZZZZZZZZZZZZZZZZZZZZZZZ").mkdir()
+        (prom / "01ZZZZZZZZZZZZZZZZZZZZZZZZ" / "meta.json").write_text("{not json")
+    result = analyze(tmp_path / "ws")
+    assert result.exit_code == 0, result.output
+    assert result.exception is None
+    doc = analysis_of(copy)
+    assert doc["hosts"]["available"] is False
+    if damage == "empty":
+        assert doc["hosts"]["why_not"] == "the job's prometheus/ dir holds no TSDB data (no WAL, no block)"
+    else:
+        assert doc["hosts"]["why_not"].startswith("promtool could not read"), doc["hosts"]["why_not"]
+    assert doc["steps"]["logged"] == 40  # the rest of the analysis is still there
+
+
+def test_an_unknown_job_is_one_line_and_exit_1(plain_job):
+    ws, _ = plain_job
+    result = analyze(ws, "no-such-job")
+    assert result.exit_code == 1
+    assert result.output.strip() == f"jobkit analyze: no job matching 'no-such-job' in {ws}; see 'jobkit jobs'"
+
+
+def _without_root_powers(*args):
+    """jobkit as root with no capabilities: file permissions then hold for it as for any user (the job dir
+    copy is given to another owner), while the venv's Python under root's home still loads."""
+    return subprocess.run(
+        [
+            "setpriv",
+            "--bounding-set=-all",
+            "--inh-caps=-all",
+            "--",
+            str(Path(os.sys.executable).parent / "jobkit"),
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("setpriv"), reason="needs root and setpriv")
+def test_a_job_dir_without_permission_is_refused_and_left_alone(plain_job, tmp_path):
+    _, log = plain_job
+    copy = _copy_job(log, tmp_path / "ws")
+    job_dir = copy.with_suffix("")
+    for p in [job_dir, *job_dir.rglob("*")]:
+        os.lchown(p, 65534, 65534)
+    before = tree(job_dir)
+    result = _without_root_powers("analyze", "latest", "--workspace", str(tmp_path / "ws"))
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert result.stderr.strip() == (
+        f"jobkit analyze: cannot create {job_dir}/analysis: permission denied; pass --output DIR to write it elsewhere"
+    )
+    assert tree(job_dir) == before and not (job_dir / "analysis").exists()
+    os.chown(copy, 65534, 65534)
+    copy.chmod(0o600)  # and a log it may not read
+    result = _without_root_powers(
+        "analyze", "latest", "--workspace", str(tmp_path / "ws"), "--output", str(tmp_path / "out")
+    )
+    assert result.returncode == 1
+    assert result.stderr.strip().startswith("jobkit analyze: ") and len(result.stderr.strip().splitlines()) == 1, (
+        result.stderr
+    )
+    assert "ermission denied" in result.stderr and "Traceback" not in result.stderr
+    assert not (tmp_path / "out").exists()
+
+
+# ---- compare -----------------------------------------------------------------------------------------------
+def test_compare_puts_two_jobs_side_by_side_with_what_differs(ray_job, plain_job, tmp_path):
+    (ws_a, log_a), (ws_b, log_b) = ray_job, plain_job
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    for log in (log_a, log_b):
+        (ws / log.name).symlink_to(log)
+        (ws / log.with_suffix("").name).symlink_to(log.with_suffix(""))
+    id_a, id_b = (log.name.split("-JAX-")[0] for log in (log_a, log_b))
+    page_path = tmp_path / "compare.html"
+    result = CliRunner().invoke(jobkit_main, ["compare", id_a, id_b, "--workspace", str(ws), "--html", str(page_path)])
+    assert result.exit_code == 0, result.output
+    tgs = [
+        json.loads(CliRunner().invoke(jobkit_main, ["tgs", "--json", str(log)]).output)["tgs"] for log in (log_a, log_b)
+    ]
+    row = next(line for line in result.output.splitlines() if line.startswith("TGS (steady mean)"))
+    assert f"{tgs[0]:,.1f}" in row and f"{tgs[1]:,.1f} ({(tgs[1] - tgs[0]) / tgs[0] * 100:+.1f}%)" in row
+    common = max(set(logged_steps(log_a)) & set(logged_steps(log_b)))
+    loss_row = next(line for line in result.output.splitlines() if line.startswith(f"loss at step {common}"))
+    assert f"{logged_steps(log_a)[common]:.5g}" in loss_row and f"{logged_steps(log_b)[common]:.5g}" in loss_row
+    assert "  RAY: 1 | (unset)" in result.output
+    assert "  arg:per_device_batch_size: (unset) | 2" in result.output
+    assert "  arg:steps: 40 | 30" in result.output
+
+    from browser import load
+
+    page = load(page_path, "compare-two-jobs")
+    assert page.errors == []
+    curves = page.find_all("svg", class_="plot")
+    assert len(curves) == 3
+    for svg in curves:
+        assert svg.attrs["data-series"] == f"{id_a},{id_b}"
+
+
+def test_compare_needs_two_jobs_or_a_sweep(plain_job):
+    ws, log = plain_job
+    one = CliRunner().invoke(jobkit_main, ["compare", "latest", "--workspace", str(ws)])
+    assert one.exit_code == 1 and one.output.strip() == "jobkit compare: only 1 job to compare; give at least two"
+    neither = CliRunner().invoke(jobkit_main, ["compare", "--workspace", str(ws)])
+    assert neither.exit_code == 1 and "give two or more jobs, or --sweep ID" in neither.output
