@@ -315,7 +315,7 @@ def test_a_job_dir_without_permission_is_refused_and_left_alone(plain_job, tmp_p
 
 # ---- compare -----------------------------------------------------------------------------------------------
 def test_compare_puts_two_jobs_side_by_side_with_what_differs(ray_job, plain_job, tmp_path):
-    (ws_a, log_a), (ws_b, log_b) = ray_job, plain_job
+    (_, log_a), (_, log_b) = ray_job, plain_job
     ws = tmp_path / "ws"
     ws.mkdir()
     for log in (log_a, log_b):
