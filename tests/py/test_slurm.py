@@ -4,6 +4,7 @@ The cluster is utils/local_cluster.sh: real slurmctld/slurmd daemons, each node 
 namespace with its own hostname and 10.77.0.x address. It comes up once per session (slurm_cluster.py).
 """
 
+import json
 import re
 import shutil
 import subprocess
@@ -11,9 +12,12 @@ import time
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 from job_observation import TRAINING_CMDLINE, header, live_processes_of
 from prom_query import View, free_port
 from slurm_cluster import job_env, local_cluster  # noqa: F401  (local_cluster: the session fixture)
+
+from jobkit.cli import main as jobkit_main
 
 REPO = Path(__file__).resolve().parents[2]
 STEP_RE = re.compile(r"^(\d+): .*completed step: (\d+), .*?loss: ([\d.]+)", re.M)
@@ -215,6 +219,19 @@ def test_two_node_ray_job_lands_both_hosts_in_one_tsdb(slurm_env):
         assert {s["metric"]["host"] for s in ray_nodes} == {"node1", "node2"}, ray_nodes
         loss = view.query("count_over_time(tb_learning_loss[1h])", at)
         assert [(s["metric"]["host"], s["value"][1]) for s in loss] == [("node1", str(steps))], loss
+
+    # `jobkit analyze` of the same job: both hosts in the per-host sections, the job's stages, every step once.
+    result = CliRunner().invoke(jobkit_main, ["analyze", str(log)])
+    assert result.exit_code == 0, result.output
+    doc = json.loads((job_dir / "analysis" / "analysis.json").read_text())
+    assert doc["hosts"]["names"] == ["node1", "node2"]
+    for key in ("cpu", "memory", "net"):
+        assert sorted(doc["hosts"]["resources"][key]["per_host"]) == ["node1", "node2"], key
+    assert {"Preflight", "Training"} <= {stage["name"] for stage in doc["stages"]}, doc["stages"]
+    assert doc["steps"]["logged"] == steps and doc["steps"]["entries_per_step"] == 2
+    assert doc["job"]["nodelist"] == ["node1", "node2"] and doc["job"]["status"] == "SUCCESS"
+    tgs = json.loads(CliRunner().invoke(jobkit_main, ["tgs", "--json", str(log)]).output)["tgs"]
+    assert doc["throughput"]["tgs"]["mean"] == pytest.approx(tgs, rel=1e-6)
 
 
 def test_scancel_of_a_two_node_ray_job_loses_no_step_from_its_tsdb(slurm_env):
