@@ -38,8 +38,15 @@ def _epoch_ms(match: re.Match, year: int) -> int:
     return int(time.mktime(parts) * 1000) + int(match["us"]) // 1000
 
 
-def series_after(log_path: str, after_step: int | None) -> dict[str, tuple[str | None, list[tuple[int, float]]]]:
-    """{metric name: (tag, [(ms, value), ...])} for rank 0's steps above AFTER_STEP (all when None)."""
+def series_after(
+    log_path: str, after_step: int | None, after_by_metric: dict[str, int] | None = None
+) -> dict[str, tuple[str | None, list[tuple[int, float]]]]:
+    """{metric name: (tag, [(ms, value), ...])} for rank 0's steps above AFTER_STEP (all when None).
+
+    AFTER_BY_METRIC raises or lowers that bound per metric: an event file cut in the middle of a step (the
+    writer flushed some of its scalars, not all) has that step's tb_step but maybe not its loss, so each metric
+    is filled from the log after its own last step in the event files."""
+    bounds = after_by_metric or {}
     try:
         mtime = os.stat(log_path).st_mtime
         with open(log_path, encoding="utf-8", errors="replace") as fh:
@@ -54,17 +61,22 @@ def series_after(log_path: str, after_step: int | None) -> dict[str, tuple[str |
         if m is None or (m["rank"] not in (None, "0")):
             continue
         step = int(m["step"])
-        if (after_step is not None and step <= after_step) or step in seen:
+        if step in seen:
             continue
         seen.add(step)
         ms = _epoch_ms(m, year)
         if ms / 1000 > mtime + 86400:  # a line from December in a log last written in January
             ms = _epoch_ms(m, year - 1)
-        found.setdefault(STEP_METRIC, {})[ms] = float(step)
+        if after_step is None or step > after_step:
+            found.setdefault(STEP_METRIC, {})[ms] = float(step)
         for tag, pattern in FIELDS.items():
+            name = metric_name(tag)
+            bound = bounds.get(name, after_step)
+            if bound is not None and step <= bound:
+                continue
             value = pattern.search(m["rest"])
             if value:
-                found.setdefault(metric_name(tag), {})[ms] = float(value.group(1))
+                found.setdefault(name, {})[ms] = float(value.group(1))
     tags = {metric_name(tag): tag for tag in FIELDS}
     return {name: (tags.get(name), sorted(points.items())) for name, points in found.items()}
 

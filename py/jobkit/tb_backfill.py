@@ -19,6 +19,7 @@ snapshot is moved into the TSDB. That Prometheus refuses to start while another 
 backfill into a live TSDB fails cleanly. --dry-run prints the OpenMetrics text instead of touching the TSDB.
 """
 
+import bisect
 import json
 import math
 import os
@@ -264,6 +265,23 @@ def _mark_done(tsdb, **facts):
         pass
 
 
+def last_step_by_metric(series) -> dict[str, int]:
+    """{metric: the step of its newest sample}: the tb_step in force at that sample's time (tb_step gets a
+    sample at the first scalar of each step, so the last one at or before a time is that time's step)."""
+    steps = series.get(STEP_METRIC, (None, []))[1]
+    if not steps:
+        return {}
+    times = [ms for ms, _ in steps]
+    out = {}
+    for name, (_tag, points) in series.items():
+        if name == STEP_METRIC or not points:
+            continue
+        i = bisect.bisect_right(times, points[-1][0]) - 1
+        if i >= 0:
+            out[name] = int(steps[i][1])
+    return out
+
+
 def backfill(
     logdir,
     tsdb,
@@ -294,9 +312,9 @@ def backfill(
     if job_log:
         known = [v for _, v in series.get(STEP_METRIC, (None, []))[1]]
         last = int(max(known)) if known else None
-        extra = log_steps.series_after(job_log, last)
+        extra = log_steps.series_after(job_log, last, last_step_by_metric(series))
         if extra:
-            n = len(extra[STEP_METRIC][1])
+            n = len(extra.get(STEP_METRIC, (None, []))[1])
             log(
                 f"{n} step(s) after the event files' last ({last if last is not None else 'none'}) taken from {job_log}"
             )

@@ -38,3 +38,29 @@ def test_merge_keeps_the_event_files_points_and_adds_the_rest():
 
 def test_a_missing_log_is_nothing():
     assert log_steps.series_after("/nonexistent/job.log", None) == {}
+
+
+def test_a_metric_cut_short_in_the_event_file_is_filled_from_its_own_last_step():
+    """An event file flushed in the middle of step 4 has step 4's tb_step but not its loss: the loss comes
+    from the log from step 4 on, the step counter and the other metrics only after step 4."""
+    log = JOBKIT_LOGS / "maxtext-2proc-srun-l.log"
+    loss = metric_name("learning/loss")
+    got = log_steps.series_after(str(log), 4, {loss: 3})
+    everything = log_steps.series_after(str(log), None)
+    step_at = dict(everything[STEP_METRIC][1])  # ms -> step, for every rank-0 line
+    assert [int(step_at[ms]) for ms, _ in got[loss][1]] == [s for s in sorted(map(int, step_at.values())) if s > 3]
+    assert [int(v) for _, v in got[STEP_METRIC][1]] == [s for s in sorted(map(int, step_at.values())) if s > 4]
+    seconds = metric_name("perf/step_time_seconds")
+    assert [int(step_at[ms]) for ms, _ in got[seconds][1]] == [int(v) for _, v in got[STEP_METRIC][1]]
+
+
+def test_each_metric_s_last_step_is_the_step_in_force_at_its_newest_sample():
+    from jobkit.tb_backfill import last_step_by_metric
+
+    series = {
+        STEP_METRIC: (None, [(1000, 3.0), (2000, 4.0)]),
+        "tb_learning_loss": ("learning/loss", [(1000, 5.0), (1500, 5.1)]),  # step 4's loss never flushed
+        "tb_perf_step_time_seconds": ("perf/step_time_seconds", [(1000, 0.1), (2000, 0.1)]),
+    }
+    assert last_step_by_metric(series) == {"tb_learning_loss": 3, "tb_perf_step_time_seconds": 4}
+    assert last_step_by_metric({"tb_learning_loss": ("learning/loss", [(1, 1.0)])}) == {}
