@@ -146,21 +146,23 @@ def test_analysing_changes_nothing_in_the_job_dir_but_analysis(ray_job):
     assert sorted(p.name for p in (job_dir / "analysis").iterdir()) == ["analysis.json", "report.html"]
 
 
-def test_the_report_renders_in_a_real_browser(ray_job):
-    from browser import load
+def test_the_report_renders_in_a_real_browser(ray_job, request):
+    from browser import artifact_path, load
 
     ws, log = ray_job
     assert analyze(ws).exit_code == 0
-    page = load(log.with_suffix("") / "analysis" / "report.html", "analyze-report-ray")
+    page = load(log.with_suffix("") / "analysis" / "report.html", artifact_path(request))
     assert page.errors == []
+    assert page.requests == [page.url]  # self-contained: the page asked for nothing else
     doc = analysis_of(log)
-    plots = page.find_all("svg", class_="plot")
+    plots = page.find_all("svg", "plot")
     # loss, lr, grad norm, step time, TGS per step; one per host resource with data
     assert len(plots) == 5 + len(doc["hosts"]["resources"])
     for svg in plots:
-        assert svg.count("path") > 0, svg.attrs  # drawn lines, not an empty frame
-    assert page.text_of(id="status") == "SUCCESS"
-    assert HOST in page.find_all("svg", class_="plot")[-1].attrs.get("data-series", "")
+        assert svg.find_all("path"), svg.attrs  # drawn lines, not an empty frame
+    assert page.by_id("status").all_text() == "SUCCESS"
+    assert plots[-1].attrs["data-series"] == HOST
+    print(f"report screenshot: {page.screenshot}")
 
 
 # ---- a plain job, a failed job ---------------------------------------------------------------------------
@@ -337,11 +339,11 @@ def test_compare_puts_two_jobs_side_by_side_with_what_differs(ray_job, plain_job
     assert "  arg:per_device_batch_size: (unset) | 2" in result.output
     assert "  arg:steps: 40 | 30" in result.output
 
-    from browser import load
+    from browser import artifact_path, load
 
-    page = load(page_path, "compare-two-jobs")
+    page = load(page_path, artifact_path("compare-two-jobs"))
     assert page.errors == []
-    curves = page.find_all("svg", class_="plot")
+    curves = page.find_all("svg", "plot")
     assert len(curves) == 3
     for svg in curves:
         assert svg.attrs["data-series"] == f"{id_a},{id_b}"

@@ -135,7 +135,14 @@ def rows(analyses: list[buildmod.Analysis]) -> list[tuple[str, list[str]]]:
 
     def spread(d, key):
         stat = d["throughput"][key]
-        return f"± {stat['std']:.3g} (cv {stat['cv_pct']}%)" if stat and stat.get("cv_pct") is not None else "-"
+        if not stat or stat.get("cv_pct") is None:
+            return "-"
+        std = stat["std"]
+        return (
+            f"± {std:,.0f} (cv {stat['cv_pct']:.1f}%)"
+            if abs(std) >= 1000
+            else f"± {std:.3g} (cv {stat['cv_pct']:.1f}%)"
+        )
 
     step, losses = _common_step_loss(analyses)
     out = [

@@ -35,7 +35,9 @@ def _e(value) -> str:
 def _num(value, digits=4) -> str:
     if value is None:
         return "-"
-    return f"{value:,.{digits}g}" if isinstance(value, float) else f"{value:,}"
+    if isinstance(value, float):
+        return f"{value:,.0f}" if abs(value) >= 10**digits else f"{value:.{digits}g}"
+    return f"{value:,}"
 
 
 def _stat_text(stat, unit="") -> str:
