@@ -95,6 +95,7 @@ SUBCOMMANDS = {
     "monitor": "jobkit.monitor:command",
     "tag": "jobkit.jobtag:command",
     "artifacts": "jobkit.artifacts:group",
+    "dashboard": "jobkit.dashboard:command",
 }
 
 

@@ -1,7 +1,25 @@
 """jobkit dashboard, and the headless-Chromium harness (browser.py) its page is checked with."""
 
+import datetime as dt
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+
 import pytest
 from browser import BrowserError, artifact_path, load, open_tab
+from click.testing import CliRunner
+from conftest import FIXTURES, JOBKIT_LOGS
+
+from jobkit import dashboard
+from jobkit.cli import main
+from jobkit.dashboard import COLUMNS
 
 # ---------------------------------------------------------------------------------------------------------
 # The harness itself: it must catch a broken page, or a clean result from it means nothing.
@@ -52,3 +70,254 @@ def test_browser_dom_after_scripts_and_driving(tmp_path, request):
             tab.click("#missing")
     assert page.count("p", "added") == 2 and page.errors == []
     assert artifact_path(request).exists()
+
+
+# ---------------------------------------------------------------------------------------------------------
+# jobkit dashboard on a workspace of real job logs
+
+SUMMARY = "==== JOB SUMMARY ====\n  Job:    {id}\n  Wall:   {wall}\n  Status: {status}\n=====================\n"
+# (log name, recorded log, wall, JOB SUMMARY status, model). The recorded runs are all configs/tiny.yml; the
+# header (hand-written in the fixtures too) names a second model for two of them, so the history has two.
+JOBS = [
+    ("local_20261122_054800_ab12-JAX-tiny.log", JOBKIT_LOGS / "launch-tiny-20steps-mfu.log", "15s", "SUCCESS (exit 0)", "tiny"),
+    ("31-JAX-tiny-pre1.log", FIXTURES / "joblog" / "preempted-2node-sigterm.log", "29s", "STOPPED (exit 0)", "tiny"),
+    ("local_20261122_055000_ef56-JAX-tiny-no_such_key_1.log", JOBKIT_LOGS / "launch-config-error-no_such_key.log", "9s", "FAILED (exit 1)", "tiny"),
+    ("local_20261123_101500_0a0b-JAX-llama2-7b-tgs21989.log", JOBKIT_LOGS / "maxtext-profiler-xplane-s5-p3.log", "20s", "SUCCESS (exit 0)", "llama2-7b"),
+    ("local_20261123_120000_3e4f-JAX-llama2-7b.log", JOBKIT_LOGS / "maxtext-rank0-deadline-exceeded.log", "30s", "FAILED (exit 134)", "llama2-7b"),
+]  # fmt: skip
+IDS = [name.split("-")[0] for name, *_ in JOBS]
+
+
+@pytest.fixture
+def workspace(tmp_path):
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    for name, source, wall, status, model in JOBS:
+        job_id = name.split("-")[0]
+        text = re.sub(r"^JOB_ID=.*$", f"JOB_ID={job_id}", source.read_text(), count=1, flags=re.M)
+        text = re.sub(r"^MODEL_NAME=.*$", f"MODEL_NAME={model}", text, count=1, flags=re.M)
+        path = ws / name
+        path.write_text(text + SUMMARY.format(id=job_id, wall=wall, status=status))
+        # mtime = the end of the run: a minute after a local id's start; the Slurm job (its id has no date) at noon.
+        m = re.match(r"local_(\d{8}_\d{6})", job_id)
+        start = dt.datetime.strptime(m.group(1) if m else "20261122_120000", "%Y%m%d_%H%M%S").timestamp()
+        os.utime(path, (start + 60, start + 60))
+    (ws / "notes.log").write_text("not a job\n")
+    return ws
+
+
+def add_analysis(ws, stem, doc, report=True):
+    d = ws / stem / "analysis"
+    d.mkdir(parents=True)
+    (d / "analysis.json").write_text(json.dumps(doc))
+    if report:
+        (d / "report.html").write_text(f"<html><body><h1 id=report>{stem}</h1></body></html>")
+
+
+def run(*args):
+    return CliRunner().invoke(main, ["dashboard", *args])
+
+
+def by_id(page):
+    rows = page.find_all("tr", data_job_id=None)
+    cells = {r.attrs["data-job-id"]: [td.all_text() for td in r.children if td.tag == "td"] for r in rows}
+    return {k: dict(zip([c[0] for c in COLUMNS], v, strict=True)) for k, v in cells.items()}
+
+
+def test_page_in_chromium_rows_plot_links_no_errors(workspace, request):
+    stem = JOBS[0][0].removesuffix(".log")
+    # analysis.json's numbers win over the log's, a null section is tolerated, and the report is linked.
+    add_analysis(
+        workspace, stem, {"throughput": {"tgs": {"mean": 12345.0}, "mfu_pct": {"mean": 12.5}}, "failure": None}
+    )
+    add_analysis(workspace, JOBS[2][0].removesuffix(".log"), {"throughput": None}, report=False)
+    result = run("--workspace", str(workspace))
+    assert result.exit_code == 0, result.output
+    page_file = workspace / ".dashboard" / "index.html"
+    assert result.output.strip() == f"5 jobs: {page_file}"
+    # Nothing else is written in the workspace.
+    assert sorted(p.name for p in workspace.iterdir()) == sorted(
+        [*(n for n, *_ in JOBS), "notes.log", ".dashboard", stem, JOBS[2][0][:-4]]
+    )
+    assert [p.name for p in (workspace / ".dashboard").iterdir()] == ["index.html"]
+
+    page = load(page_file, artifact_path(request))
+    assert page.errors == []
+    assert all(u.startswith("file://") for u in page.requests), page.requests  # self-contained: no CDN
+    rows = by_id(page)
+    assert list(rows) == [IDS[4], IDS[3], IDS[1], IDS[2], IDS[0]]  # newest first
+    assert rows[IDS[1]]["date"] == "2026-11-22 12:01"  # a Slurm id: the log's mtime
+    assert [(rows[i]["model"], rows[i]["status"], rows[i]["failure"]) for i in IDS] == [
+        ("tiny", "SUCCESS", "-"),
+        ("tiny", "STOPPED", "-"),
+        ("tiny", "FAILED", "config-error"),
+        ("llama2-7b", "SUCCESS", "-"),
+        ("llama2-7b", "FAILED", "distributed-timeout"),
+    ]
+    assert rows[IDS[0]]["tgs"] == "12,345" and rows[IDS[0]]["mfu"] == "12.5%"  # from analysis.json
+    assert rows[IDS[0]]["date"] == "2026-11-22 05:48" and rows[IDS[0]]["report"] == "report"
+    assert rows[IDS[3]]["tag"] == "tgs21989" and rows[IDS[3]]["tgs"] == "21,989"  # jobkit jobs' number
+    assert rows[IDS[1]]["nodes"] == "2" and rows[IDS[1]]["tgs"] == "4,882"
+    assert rows[IDS[2]]["report"] == f"no report — jobkit analyze {IDS[2]}"
+    links = [a.attrs["href"] for a in page.find_all("a", "report")]
+    assert links == [f"../{stem}/analysis/report.html"]
+    assert (page_file.parent / links[0]).resolve() == (workspace / stem / "analysis" / "report.html").resolve()
+    # The TGS history: one series per model, drawn (an svg with lines, not the "no data" note).
+    plot = page.find_all("svg", "plot")
+    assert len(plot) == 1 and plot[0].attrs["data-series"] == "llama2-7b,tiny"
+    assert len(plot[0].find_all("path")) > 5 and page.count("p", "no-data") == 0
+
+
+def test_sort_and_filter_in_the_browser(workspace, request):
+    assert run("--workspace", str(workspace)).exit_code == 0
+    page_file = workspace / ".dashboard" / "index.html"
+    with open_tab(page_file) as tab:
+        assert [r["data-job-id"] for r in tab.visible("tr[data-job-id]")][0] == IDS[4]  # newest first
+        tab.click("th[data-key=tgs]")
+        order = [r["data-job-id"] for r in tab.visible("tr[data-job-id]")]
+        assert order[:3] == [IDS[1], IDS[3], IDS[0]]  # 4,882 < 21,989 < 24,719; no TGS last
+        tab.click("th[data-key=tgs]")
+        assert [r["data-job-id"] for r in tab.visible("tr[data-job-id]")][:3] == [IDS[0], IDS[3], IDS[1]]
+        tab.type("#filter", "llama2 failed")
+        assert [r["data-job-id"] for r in tab.visible("tr[data-job-id]")] == [IDS[4]]
+        assert tab.eval("document.getElementById('shown').textContent") == "1 of 5 jobs"
+        assert tab.eval("location.hash") == "#filter=llama2+failed&sort=tgs&dir=desc"
+        page = tab.snapshot(artifact_path(request))
+        assert page.errors == []
+    # The view is in the URL: a bookmarked hash opens filtered and sorted.
+    with open_tab(page_file.as_uri() + "#filter=tiny&sort=nodes&dir=desc") as tab:
+        visible = [r["data-job-id"] for r in tab.visible("tr[data-job-id]")]
+        assert visible[0] == IDS[1] and sorted(visible) == sorted(IDS[:3])
+        assert tab.eval("document.getElementById('filter').value") == "tiny"
+        assert tab.errors == []
+
+
+def test_unreadable_log_is_a_row_the_rest_render(workspace, monkeypatch, request):
+    bad = workspace / JOBS[3][0]
+    bad.chmod(0)
+    if os.geteuid() == 0:  # root reads a mode-000 file anyway: make the read fail as it would for a user
+        from jobkit import logparse
+
+        real = logparse.parse_file
+
+        def parse_file(path):
+            if os.path.samefile(path, bad):
+                raise PermissionError(13, "Permission denied", str(path))
+            return real(path)
+
+        monkeypatch.setattr(logparse, "parse_file", parse_file)
+    result = run("--workspace", str(workspace))
+    assert result.exit_code == 0, result.output
+    assert "(1 unreadable)" in result.output
+    page = load(workspace / ".dashboard" / "index.html", artifact_path(request))
+    rows = by_id(page)
+    assert rows[IDS[3]]["status"] == "unreadable" and len(rows) == 5
+    assert rows[IDS[0]]["status"] == "SUCCESS" and page.errors == []
+
+
+def test_bad_input_one_line_nothing_written(tmp_path, monkeypatch):
+    monkeypatch.delenv("JOB_WORKSPACE", raising=False)
+    result = run("--workspace", str(tmp_path / "missing"))
+    assert result.exit_code == 1
+    assert (
+        result.output
+        == f"jobkit dashboard: workspace {tmp_path / 'missing'} does not exist; pass --workspace or set JOB_WORKSPACE\n"
+    )
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    (empty / "notes.log").write_text("not a job\n")
+    monkeypatch.setenv("JOB_WORKSPACE", str(empty))
+    result = run()
+    assert result.exit_code == 1 and "Traceback" not in result.output
+    assert result.output == f"jobkit dashboard: no job logs in {empty}; run a job first, or pass --workspace\n"
+    assert sorted(p.name for p in empty.iterdir()) == ["notes.log"]
+
+
+def test_output_option_and_unwritable_target(workspace, tmp_path):
+    out = tmp_path / "elsewhere" / "jobs.html"
+    result = run("--workspace", str(workspace), "--output", str(out))
+    assert result.exit_code == 0 and out.is_file() and not (workspace / ".dashboard").exists()
+    assert f'href="{os.path.relpath(workspace, out.parent)}/{JOBS[0][0]}"' in out.read_text()
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    result = run("--workspace", str(workspace), "--output", str(blocker / "x.html"))
+    assert result.exit_code == 1 and result.output.startswith("jobkit dashboard: cannot write ")
+    assert result.output.rstrip().endswith("pass --output FILE") and result.output.count("\n") == 1
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _listening_on(port):
+    """The local addresses (kernel hex) of the sockets listening on PORT, from /proc/net/tcp{,6}."""
+    found = []
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(table) as f:
+            for line in list(f)[1:]:
+                local, state = line.split()[1], line.split()[3]
+                addr, hex_port = local.split(":")
+                if state == "0A" and int(hex_port, 16) == port:
+                    found.append(addr)
+    return found
+
+
+def _get(url):
+    with urllib.request.urlopen(url, timeout=10) as resp:
+        return resp.status, resp.read().decode()
+
+
+def test_serve_loopback_next_free_port_tunnel_rebuild_and_stop(workspace, request):
+    stem = JOBS[0][0].removesuffix(".log")
+    add_analysis(workspace, stem, {"failure": {"class": "oom", "detail": None}})
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    first = taken.getsockname()[1]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "jobkit", "dashboard", "--serve", "--workspace", str(workspace), "--port", str(first)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        lines = []
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not any("Ctrl-C" in ln for ln in lines):
+            line = proc.stdout.readline()
+            if not line:
+                break
+            lines.append(line)
+        text = "".join(lines)
+        m = re.search(r"URL:\s+http://127\.0\.0\.1:(\d+)/", text)
+        assert m, text + proc.stderr.read() if proc.poll() is not None else text
+        port = int(m.group(1))
+        assert port != first  # the taken port was skipped
+        assert re.search(rf"^\s*from your laptop:\s+ssh -N -L {port}:127\.0\.0\.1:{port} \S+@\S+", text, re.M), text
+        assert _listening_on(port) == ["0100007F"]  # 127.0.0.1 only, not 0.0.0.0 or ::
+        status, body = _get(f"http://127.0.0.1:{port}/")
+        assert status == 200 and body.count("data-job-id=") == 5 and ">oom<" in body
+        assert _get(f"http://127.0.0.1:{port}/{stem}/analysis/report.html")[1].startswith("<html>")
+        assert "MODEL_NAME=tiny" in _get(f"http://127.0.0.1:{port}/{JOBS[0][0]}")[1]
+        for path in ("/../../etc/passwd", "/.dashboard/index.html", f"/{stem}/analysis/analysis.json", "/notes.log"):
+            with pytest.raises(urllib.error.HTTPError, match="404"):
+                _get(f"http://127.0.0.1:{port}{path}")
+        # A new job shows on the next load (the page is rebuilt at most every REBUILD_EVERY_S).
+        new = workspace / "local_20261124_090000_beef-JAX-tiny.log"
+        new.write_text((JOBKIT_LOGS / "launch-tiny-3steps-mfu.log").read_text())
+        time.sleep(dashboard.REBUILD_EVERY_S + 0.2)
+        assert _get(f"http://127.0.0.1:{port}/index.html")[1].count("data-job-id=") == 6
+        page = load(f"http://127.0.0.1:{port}/", artifact_path(request))
+        assert page.errors == [] and len(by_id(page)) == 6
+    finally:
+        taken.close()
+        proc.send_signal(signal.SIGTERM)
+        try:
+            rc = proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            rc = proc.wait()
+    assert rc == 0, proc.stderr.read()
+    assert "stopped" in proc.stderr.read()
