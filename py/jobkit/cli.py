@@ -96,6 +96,8 @@ SUBCOMMANDS = {
     "tag": "jobkit.jobtag:command",
     "artifacts": "jobkit.artifacts:group",
     "dashboard": "jobkit.dashboard:command",
+    "profile": "jobkit.profile:command",
+    "hlo": "jobkit.hlo:command",
 }
 
 
