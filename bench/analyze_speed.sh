@@ -6,7 +6,7 @@
 # S steps, default 2000; H hours, default 1; a scrape every I seconds, default 5: the series of an 8-GPU node,
 # written as OpenMetrics and turned into TSDB blocks by promtool), or, with --workspace WS --id ID, uses job
 # ID of WS as it is (it must have a TSDB in <job dir>/prometheus/). Then, R times (default 3), interleaved:
-# `promtool tsdb dump` alone with analyze's own --match (jobkit.analysis.tsdb_dump.FAMILIES, its output
+# `promtool tsdb dump` alone with analyze's own --match (jobkit.analysis.hosts.hosts_families(), its output
 # to a file), and `jobkit analyze ID --workspace WS`, the venv's console script as a user runs it (start-up,
 # promtool, report and all). Wall seconds and max RSS come from /usr/bin/time (else Python's resource module).
 # Prints each run, then one summary row: nodes, steps, series, samples, TSDB size, dump size, dump and analyze
@@ -72,7 +72,7 @@ LOG=$("$PYTHON" -c 'import sys; from pathlib import Path; from jobkit import job
 JOB_DIR=${LOG%.log}
 TSDB=$JOB_DIR/prometheus
 [[ -d $TSDB ]] || die "$JOB_DIR has no prometheus/ dir (a RAY=1 job has one)"
-FAMILIES=$("$PYTHON" -c 'from jobkit.analysis.tsdb_dump import FAMILIES; print(FAMILIES)')
+FAMILIES=$("$PYTHON" -c 'from jobkit.analysis.hosts import hosts_families; print(hosts_families())')
 TSDB_BYTES=$(du -sb "$TSDB" | cut -f1)
 
 # timed OUT COMMAND...: runs COMMAND (stdout to OUT); prints "SECONDS MAX_RSS_KB"
@@ -83,15 +83,10 @@ timed() {
     /usr/bin/time -f '%e %M' -o "$WORK/time" "$@" >"$out" || die "failed: $*"
     cat "$WORK/time"
   else
-    "$PYTHON" - "$out" "$@" <<'EOF' || die "failed: ${*}"
-import resource, subprocess, sys, time
-start = time.monotonic()
-with open(sys.argv[1], "w") as out:
-    rc = subprocess.run(sys.argv[2:], stdout=out, check=False).returncode
-wall = time.monotonic() - start
-print(f"{wall:.2f} {resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss}")
-sys.exit(rc)
-EOF
+    # no GNU time: wall time from bash's clock, max RSS unknown (0)
+    local t0=$EPOCHREALTIME
+    "$@" >"$out" || die "failed: $*"
+    awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.2f 0\n", b - a }'
   fi
 }
 median() { tr ' ' '\n' <<<"$1" | sed '/^$/d' | sort -n | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
@@ -126,41 +121,5 @@ printf '%-5s %5s %6s %8s %7s %7s %13s %16s %9.0f %7.0f %10.0f\n' "$NODES" "$STEP
 
 echo
 echo "where one analyze's time goes (its steps timed in one Python process; nothing written):"
-"$PYTHON" - "$LOG" "$PROMTOOL" <<'EOF'
-import json, resource, subprocess, sys, time
-from pathlib import Path
-
-t0 = time.perf_counter()
-from jobkit.analysis import anomalies, build, hosts, job, report, tsdb_dump
-
-phases = [("import jobkit.analysis (matplotlib)", time.perf_counter() - t0)]
-
-
-def timed(name, fn, *args):
-    start = time.perf_counter()
-    value = fn(*args)
-    phases.append((name, time.perf_counter() - start))
-    return value
-
-
-facts = timed("read the log (job.load)", job.load, Path(sys.argv[1]))
-tsdb = str(facts.job_dir / "prometheus")
-match = f'--match={{__name__=~"{tsdb_dump.FAMILIES}"}}'
-start = time.perf_counter()
-proc = subprocess.run([sys.argv[2], "tsdb", "dump", match, tsdb], capture_output=True, text=True, check=True)
-phases.append((f"promtool tsdb dump + capture ({len(proc.stdout) / 1e6:.0f} MB)", time.perf_counter() - start))
-data = timed("parse the dump (tsdb_dump.parse)", tsdb_dump.parse, proc.stdout)
-del proc
-lines = timed("per-host lines (hosts.host_lines)", lambda: {r.key: hosts.host_lines(data, r) for r in hosts.RESOURCES})
-errors = timed("error counters (hosts.error_increases)", hosts.error_increases, data)
-timed("anomalies (anomalies.find)", anomalies.find, facts, lines, errors)
-del lines
-tsdb_dump.read = lambda *args, **kwargs: data  # build.build's own read: already timed above
-result = timed("the rest of build.build (document)", build.build, facts)
-timed("analysis.json (json.dumps)", lambda: json.dumps(result.doc, indent=1, allow_nan=False))
-timed("report.html (report.render)", report.render, result)
-for name, seconds in phases:
-    print(f"  {name:<42} {seconds:7.2f} s")
-print(f"  {'max RSS of this process':<42} {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:7.0f} MB")
-EOF
+"$PYTHON" "$REPO_DIR/bench/analyze_phases.py" "$LOG" "$PROMTOOL"
 echo "($(uname -n), $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg); $("$PROMTOOL" --version 2>&1 | head -n 1))"

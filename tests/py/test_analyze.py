@@ -263,6 +263,24 @@ def test_an_empty_or_corrupt_tsdb_is_reported_not_a_traceback(ray_job, tmp_path,
     assert doc["steps"]["logged"] == 40  # the rest of the analysis is still there
 
 
+def test_a_tsdb_of_blocks_without_a_wal_is_read(ray_job, tmp_path):
+    """A TSDB made by backfill alone has no wal/; promtool 2.42 refuses one, so the reader links its blocks
+    beside an empty WAL elsewhere, and adds nothing to the job dir."""
+    _, log = ray_job
+    copy = _copy_job(log, tmp_path / "ws")
+    prom = copy.with_suffix("") / "prometheus"
+    prom.mkdir()
+    blocks = [d for d in (log.with_suffix("") / "prometheus").iterdir() if (d / "meta.json").is_file()]
+    assert blocks  # the backfill wrote at least one
+    for block in blocks:
+        shutil.copytree(block, prom / block.name)
+    before = tree(prom)
+    assert analyze(tmp_path / "ws").exit_code == 0
+    doc = analysis_of(copy)
+    assert doc["hosts"]["available"] and doc["hosts"]["names"] == [HOST], doc["hosts"]["why_not"]
+    assert tree(prom) == before
+
+
 def test_an_unknown_job_is_one_line_and_exit_1(plain_job):
     ws, _ = plain_job
     result = analyze(ws, "no-such-job")

@@ -75,11 +75,11 @@ def _read_tsdb(facts: JobFacts) -> tuple[dict, str | None, str | None]:
         why = "the job ran without RAY=1, so no metrics were scraped" if not ray else "the job has no prometheus/ dir"
         return {}, None, why
     try:
-        data = tsdb_dump.read(str(where))
+        data = tsdb_dump.read(str(where), hosts.hosts_families())
     except tsdb_dump.TsdbReadError as e:
         return {}, str(where), str(e)
     if not data:
-        return {}, str(where), "the TSDB holds no hw_/ray_node_/tb_ series"
+        return {}, str(where), "the TSDB holds none of the exporter's or Ray's host series"
     return data, str(where), None
 
 

@@ -60,6 +60,13 @@ ERROR_COUNTERS = re.compile(
     r"^hw_(net_(rx|tx)_(errors|drop)_total|tcp_retransmits_total|rdma_.*(err|errors|symbol|downed|retx|timeout|discards).*_total)$"
 )
 
+
+def hosts_families() -> str:
+    """The regex of every family the resources and the error check use (promtool's --match)."""
+    names = sorted({n for r in RESOURCES for n in (*r.metrics, *(r.ratio_of or ()))})
+    return "|".join([*names, ERROR_COUNTERS.pattern.strip("^$")])
+
+
 _COMBINE: dict[str, Callable[[list[float]], float]] = {"sum": sum, "mean": statistics.fmean, "max": max}
 
 

@@ -5,8 +5,8 @@ WAL into a temporary head elsewhere), so analysing a job never touches its job d
 a lock file, a new WAL segment and maybe compact. It is also one process for the whole read, and its output is
 plain text: `{__name__="m", host="h", ...} value ms` per sample.
 
-Only the families the analysis uses are dumped (FAMILIES, one regex selector), which keeps the read in
-seconds for an 8-node hour. Counters are turned into rates here, with Prometheus's reset rule (a drop
+Only the families the caller names are dumped (one regex selector): reading every hw_/ray_node_/tb_ family
+took twice the time for data the analysis never used. Counters are turned into rates here, with Prometheus's reset rule (a drop
 means the counter restarted from 0).
 """
 
@@ -15,13 +15,11 @@ from __future__ import annotations
 import os
 import re
 import subprocess
+import tempfile
 from dataclasses import dataclass, field
 
 from jobkit import promserver
 
-# Families read from the TSDB (hw_*: our exporter's plugins; ray_node_*: Ray's per-node metrics; tb_*: the
-# TensorBoard scalars, scraped live and backfilled).
-FAMILIES = r"hw_.*|ray_node_.*|tb_.*"
 TIMEOUT_S = 300
 _LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
 
@@ -50,33 +48,63 @@ def is_tsdb(path: str) -> bool:
     return any(os.path.isfile(os.path.join(path, d, "meta.json")) for d in os.listdir(path))
 
 
-def read(tsdb: str, families: str = FAMILIES, promtool: str | None = None) -> dict[str, list[Series]]:
-    """{metric name: [Series, ...]} of every sample of FAMILIES in TSDB. Raises TsdbReadError."""
+def read(tsdb: str, families: str, promtool: str | None = None) -> dict[str, list[Series]]:
+    """{metric name: [Series, ...]} of every sample of the FAMILIES regex in TSDB. Raises TsdbReadError.
+
+    promtool's output is parsed as it streams: an 8-node hour is ~1M lines, and holding them as one string
+    and then a list of lines costs gigabytes (bench/analyze_speed.sh)."""
     tool = promserver.find_tool("promtool", promtool, "PROMTOOL")
     if not tool:
         raise TsdbReadError("promtool is not installed; run 'utils/prometheus.sh install'")
-    try:
-        proc = subprocess.run(
-            [tool, "tsdb", "dump", f'--match={{__name__=~"{families}"}}', tsdb],
-            capture_output=True,
-            text=True,
-            timeout=TIMEOUT_S,
-            check=False,
-        )
-    except subprocess.TimeoutExpired:
-        raise TsdbReadError(f"promtool tsdb dump of {tsdb} took more than {TIMEOUT_S}s") from None
-    except OSError as e:
-        raise TsdbReadError(f"could not run {tool}: {e.strerror}") from None
-    if proc.returncode != 0:
-        why = next((ln.strip() for ln in proc.stderr.splitlines() if ln.strip()), f"exit {proc.returncode}")
+    with tempfile.TemporaryDirectory(prefix="jobkit-tsdb-") as scratch:
+        where = _with_wal(tsdb, scratch)
+        argv = [tool, "tsdb", "dump", f'--match={{__name__=~"{families}"}}', where]
+        try:
+            with open(os.path.join(scratch, "stderr"), "w+") as err:
+                proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=err, text=True, bufsize=1 << 20)
+                try:
+                    data = parse(proc.stdout)
+                    rc = proc.wait(timeout=TIMEOUT_S)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+                    raise TsdbReadError(f"promtool tsdb dump of {tsdb} took more than {TIMEOUT_S}s") from None
+                finally:
+                    proc.stdout.close()
+                err.seek(0)
+                stderr = err.read()
+        except OSError as e:
+            raise TsdbReadError(f"could not run {tool}: {e.strerror}") from None
+    if rc != 0:
+        why = next((ln.strip() for ln in stderr.splitlines() if ln.strip()), f"exit {rc}")
         raise TsdbReadError(f"promtool could not read {tsdb}: {why[:300]}")
-    return parse(proc.stdout)
+    return data
 
 
-def parse(text: str) -> dict[str, list[Series]]:
-    """The dump's lines as series; label sets are parsed once each (a dump repeats them on every sample)."""
+def _with_wal(tsdb: str, scratch: str) -> str:
+    """TSDB itself, or, when it has blocks but no wal/ (one made by backfill alone), a scratch dir of links to
+    its blocks beside an empty wal/: promtool 2.42 refuses a TSDB without one, and the job dir is not ours to
+    add it to."""
+    if os.path.isdir(os.path.join(tsdb, "wal")):
+        return tsdb
+    view = os.path.join(scratch, "tsdb")
+    os.makedirs(os.path.join(view, "wal"))
+    for name in os.listdir(tsdb):
+        block = os.path.join(os.path.abspath(tsdb), name)
+        if os.path.isfile(os.path.join(block, "meta.json")):
+            # A real dir of links: the TSDB lists its blocks by directory entry and skips a symlink there,
+            # while a block's own files (and its chunks/ dir) are opened by path, through links.
+            os.mkdir(os.path.join(view, name))
+            for part in os.listdir(block):
+                os.symlink(os.path.join(block, part), os.path.join(view, name, part))
+    return view
+
+
+def parse(lines) -> dict[str, list[Series]]:
+    """The dump's lines (a text or an iterable of lines) as series; label sets are parsed once each (a dump
+    repeats them on every sample)."""
     by_key: dict[str, Series] = {}
-    for line in text.splitlines():
+    for line in lines.splitlines() if isinstance(lines, str) else lines:
         if not line.startswith("{"):
             continue
         try:
