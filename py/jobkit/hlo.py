@@ -181,7 +181,7 @@ def dump_files(job_dir: Path) -> list[Path]:
     if not files:
         raise HloError(
             f"{dump} has no {DUMP_GLOB} (XLA dumps only what it compiles: a compile served from the JAX "
-            "cache leaves none); rerun with `-- _env_ENABLE_XLA_DUMP=1` and a fresh JAX_CACHE_DIR"
+            "cache leaves none); rerun with `-- _env_ENABLE_XLA_DUMP=1 _env_JAX_CACHE_DIR=<an empty dir>`"
         )
     return files
 

@@ -41,8 +41,19 @@ def launcher_env(workspace: Path, jax_cache: Path) -> dict[str, str]:
     return env
 
 
+_RAN: dict[str, ProfiledJob] = {}
+
+
 @pytest.fixture(scope="session")
 def profiled_job(tmp_path_factory) -> ProfiledJob:
+    # Each test module that imports this fixture gets its own definition of it, so the session scope alone
+    # would run the job once per module; this module is imported once, so its memo makes it once per session.
+    if "job" not in _RAN:
+        _RAN["job"] = _run_job(tmp_path_factory)
+    return _RAN["job"]
+
+
+def _run_job(tmp_path_factory) -> ProfiledJob:
     workspace = tmp_path_factory.mktemp("profile_ws")
     cache = tmp_path_factory.mktemp("profile_jax_cache")
     args = [

@@ -225,3 +225,19 @@ def test_log_only_job(tmp_path):
     job_dir = fake_job(tmp_path / "ws")
     job_dir.rmdir()
     _bad(["latest", "--workspace", str(tmp_path / "ws")], "does not exist (log only)")
+
+
+def test_hlo_stats_rows_are_read_by_column_id_and_idle_is_dropped():
+    # The shape of xprof's hlo_stats table on a GPU profile (a DataTable: cols with ids, rows of {"v": ...}).
+    cols = [{"id": i} for i in ("rank", "program_id", "category", "hlo_op_name", "occurrences", "total_self_time")]
+    rows = [
+        {"c": [{"v": 1}, {"v": "31"}, {"v": "convolution fusion"}, {"v": "gemm_fusion.3"}, {"v": 6}, {"v": 120.5}]},
+        {"c": [{"v": 2}, {"v": "31"}, {"v": "all-reduce"}, {"v": "all-reduce-start.1"}, {"v": 3}, {"v": 40.0}]},
+        {"c": [{"v": 3}, {"v": ""}, {"v": "IDLE"}, {"v": "IDLE"}, {"v": 1}, {"v": 999.0}]},
+    ]
+    got = profile.hlo_stats_ops(json.dumps({"cols": cols, "rows": rows}))
+    assert got == [
+        ("31", "gemm_fusion.3", "convolution fusion", 6, 120.5),
+        ("31", "all-reduce-start.1", "all-reduce", 3, 40.0),
+    ]
+    assert [profile.categorize(None, name, cat) for _, name, cat, _, _ in got] == ["matmul/convolution", "collectives"]
