@@ -373,3 +373,29 @@ def test_compare_needs_two_jobs_or_a_sweep(plain_job):
     assert one.exit_code == 1 and one.output.strip() == "jobkit compare: only 1 job to compare; give at least two"
     neither = CliRunner().invoke(jobkit_main, ["compare", "--workspace", str(ws)])
     assert neither.exit_code == 1 and "give two or more jobs, or --sweep ID" in neither.output
+
+
+def test_compare_a_sweep_takes_the_last_job_of_each_point(ray_job, plain_job, failed_job, tmp_path):
+    """A sweep's points.jsonl as the drivers write it: the point retried once is compared by its last job."""
+    ws = tmp_path / "ws"
+    sweep = ws / "sweeps" / "bs1"
+    sweep.mkdir(parents=True)
+    (sweep / "plan.json").write_text(json.dumps({"driver": "batch", "params": {}, "state": "finished"}))
+    (_, ray_log), (_, plain_log), (_, failed_log) = ray_job, plain_job, failed_job
+    events = [
+        {"event": "submitted", "key": "bs=1", "job_id": "x"},
+        {"event": "done", "key": "bs=1", "log": str(failed_log), "status": "FAIL"},
+        {"event": "done", "key": "bs=1", "log": str(ray_log), "status": "PASS"},  # its retry
+        {"event": "done", "key": "bs=2", "log": str(plain_log), "status": "PASS"},
+    ]
+    (sweep / "points.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
+    result = CliRunner().invoke(jobkit_main, ["compare", "--sweep", "bs1", "--workspace", str(ws)])
+    assert result.exit_code == 0, result.output
+    first = result.output.splitlines()[0].split()
+    assert first == ["job", ray_log.name.split("-JAX-")[0], plain_log.name.split("-JAX-")[0]]
+    assert (ws / ".compare").is_dir() and result.output.rstrip().endswith(".html")
+    missing = CliRunner().invoke(jobkit_main, ["compare", "--sweep", "nope", "--workspace", str(ws)])
+    assert missing.exit_code == 1
+    assert (
+        missing.output.strip() == f"jobkit compare: no sweep 'nope' in {ws / 'sweeps'}; `jobkit sweep list` shows them"
+    )

@@ -45,9 +45,12 @@ def sweep_logs(ws: Path, sweep_id: str) -> list[Path]:
     from jobkit.sweep import state as sweep_state
 
     try:
-        sweep = sweep_state.open_sweep(sweep_id)
+        path = ws / "sweeps" / sweep_state.check_id(sweep_id)  # the --workspace given, like the job ids
     except sweep_state.SweepError as e:
         raise CompareError(str(e)) from None
+    if not (path / "plan.json").is_file():
+        raise CompareError(f"no sweep {sweep_id!r} in {ws / 'sweeps'}; `jobkit sweep list` shows them")
+    sweep = sweep_state.Sweep(path)
     by_key: dict[str, str] = {}
     for event in sweep.events():
         key = event.get("key")

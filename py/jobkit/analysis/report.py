@@ -98,6 +98,9 @@ def _time_markers(a: Analysis) -> list[plots.Marker]:
             marks.append(plots.Marker(times[window[0]], "steady start", "tab:olive"))
             marks.append(plots.Marker(times[window[1]], "steady end", "tab:olive"))
         marks.append(plots.Marker(times[last], f"step {last}", "tab:green"))
+    slow = next((x for x in doc["anomalies"] if x["kind"] == "step-time-outlier" and x["time"]), None)
+    if slow:
+        marks.append(plots.Marker(slow["time"], f"slow step {slow['step']}", "tab:orange"))
     if doc["hang"] and doc["hang"]["time"]:
         marks.append(plots.Marker(doc["hang"]["time"], "HANG", "tab:red"))
     if doc["failure"] and doc["job"]["end"]:
