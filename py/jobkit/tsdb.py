@@ -16,16 +16,15 @@ read-only mode: a healthy WAL may still be compacted into blocks in place (the s
 Errors are one line on stderr (``jobkit tsdb view: ...``), exit 1; bad arguments exit 2.
 """
 
-import getpass
 import os
 import signal
-import socket
 import sys
 import time
 
 import click
 
 from jobkit import promserver, tsdb_wal
+from jobkit.tunnel import tunnel_hint
 
 DEFAULT_PORT = 9190
 
@@ -118,14 +117,12 @@ def _serve_until_stopped(server, tsdb, data_range):
         problem = next((ln for ln in f if "level=error" in ln or "level=fatal" in ln), None)
     if problem:
         _say(f"WARNING: prometheus reports a problem with this TSDB (some data may be missing): {problem.strip()}")
-    host = socket.getfqdn() or socket.gethostname()
-    user = os.environ.get("USER") or getpass.getuser()
     port = server.port
     click.echo(
         f"Prometheus for {tsdb}\n"
         f"  URL:        http://127.0.0.1:{port}\n"
         f"  data:       {data_range or 'see the graph'}  (set the graph's end time inside this range)\n"
-        f"  from your laptop:  ssh -L {port}:127.0.0.1:{port} {user}@{host}   then open http://localhost:{port}\n"
+        f"  from your laptop:  {tunnel_hint(port)}   then open http://localhost:{port}\n"
         f"  log:        {server.log_path}\n"
         "Ctrl-C stops it."
     )

@@ -17,7 +17,7 @@ from browser import BrowserError, artifact_path, load, open_tab
 from click.testing import CliRunner
 from conftest import FIXTURES, JOBKIT_LOGS
 
-from jobkit import dashboard
+from jobkit import dashboard, dashboard_serve
 from jobkit.cli import main
 from jobkit.dashboard import COLUMNS
 
@@ -307,7 +307,7 @@ def test_serve_loopback_next_free_port_tunnel_rebuild_and_stop(workspace, reques
         # A new job shows on the next load (the page is rebuilt at most every REBUILD_EVERY_S).
         new = workspace / "local_20261124_090000_beef-JAX-tiny.log"
         new.write_text((JOBKIT_LOGS / "launch-tiny-3steps-mfu.log").read_text())
-        time.sleep(dashboard.REBUILD_EVERY_S + 0.2)
+        time.sleep(dashboard_serve.REBUILD_EVERY_S + 0.2)
         assert _get(f"http://127.0.0.1:{port}/index.html")[1].count("data-job-id=") == 6
         page = load(f"http://127.0.0.1:{port}/", artifact_path(request))
         assert page.errors == [] and len(by_id(page)) == 6

@@ -148,7 +148,7 @@ def test_start_scrape_stop_then_view(job):
     view = View(job.name[:12], free_port())  # a job id prefix, resolved in $JOB_WORKSPACE
     try:
         assert str(job / "prometheus") in "".join(view.header)
-        assert any(f"ssh -L {view.port}:127.0.0.1:{view.port}" in line for line in view.header)
+        assert any(f"ssh -N -L {view.port}:127.0.0.1:{view.port}" in line for line in view.header)
         data = api(
             view.port,
             "/api/v1/query_range",
