@@ -141,12 +141,15 @@ def _tb_scalars(job_dir: Path) -> tuple[dict[str, list[tuple[int, float]]], str 
 
 
 def _stages(text: str, step_times: dict[int, float]) -> list[dict]:
-    stages = [
-        {"name": m["name"], "seconds": int(m["s"]), "result": m["how"].lower()} for m in _STAGE_END.finditer(text)
+    found = [
+        (m.start(), {"name": m["name"], "seconds": int(m["s"]), "result": m["how"].lower()})
+        for m in _STAGE_END.finditer(text)
     ]
-    stages += [
-        {"name": m["name"], "seconds": 0, "result": f"skipped ({m['why']})"} for m in _STAGE_SKIPPED.finditer(text)
+    found += [
+        (m.start(), {"name": m["name"], "seconds": 0, "result": f"skipped ({m['why']})"})
+        for m in _STAGE_SKIPPED.finditer(text)
     ]
+    stages = [stage for _, stage in sorted(found, key=lambda pair: pair[0])]  # in the order the job ran them
     absl = _first_absl_time(text)
     if step_times:
         first, last = min(step_times), max(step_times)
