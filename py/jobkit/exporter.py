@@ -97,7 +97,7 @@ class Plugin:
         self.argv = [path] if os.access(path, os.X_OK) else ["/bin/bash", path]
         self.state = None
         self.body = ""
-        self.up = 1
+        self.up = None  # no run finished yet: the plugin is left off the page until one has
         self.duration = 0.0
         self.disabled = False
         self.dropped_note = None
@@ -154,7 +154,9 @@ class _SelfMetrics:
 
     def collect(self):
         e = self.exporter
-        plugins = [p for p in e.plugins.values() if not p.disabled]
+        # A plugin whose first run is still going has no result: reporting it up before its samples are on the
+        # page would tell a scraper (and the tests) that its output is there.
+        plugins = [p for p in e.plugins.values() if not p.disabled and p.up is not None]
         if plugins:
             duration = GaugeMetricFamily(
                 "hw_scrape_duration_seconds", "Wall seconds of the plugin's last run", labels=("host", "plugin")
