@@ -21,6 +21,7 @@ Reads only; writes nothing anywhere.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import sys
@@ -92,6 +93,11 @@ class Module:
     name: str
     computations: dict[str, list[Instr]]
     entry: str = ""
+
+    @functools.cached_property
+    def instructions(self) -> dict[str, Instr]:
+        """Every instruction of every computation, by name (built once per module, kept with it)."""
+        return {i.name: i for instrs in self.computations.values() for i in instrs}
 
 
 def _split_shape(rest: str) -> tuple[str, str]:

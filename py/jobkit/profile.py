@@ -329,7 +329,7 @@ def _close(frame: list, out: list) -> None:
 
 def categorize(module: hlo.Module | None, op: str, fallback: str = "") -> str:
     """The category of op OP in MODULE (rules in the module docstring); FALLBACK is xprof's category, if any."""
-    instr = _instructions(module).get(op) if module else None
+    instr = module.instructions.get(op) if module else None
     if instr is None:
         return _by_name(fallback or op)
     opcodes = {instr.opcode}
@@ -366,16 +366,6 @@ def _by_name(name: str) -> str:
     if "fusion" in low:
         return "fusions"
     return "other"
-
-
-_INDEX: dict[int, dict[str, hlo.Instr]] = {}
-
-
-def _instructions(module: hlo.Module) -> dict[str, hlo.Instr]:
-    key = id(module)
-    if key not in _INDEX:
-        _INDEX[key] = {i.name: i for instrs in module.computations.values() for i in instrs}
-    return _INDEX[key]
 
 
 def _body(module: hlo.Module, names: list[str], seen: set | None = None):
