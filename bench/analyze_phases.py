@@ -1,3 +1,4 @@
+#!/usr/bin/env python3
 """Usage: bench/analyze_phases.py LOG PROMTOOL
 
 Summary: where one `jobkit analyze` of LOG spends its time, each step timed in this one process (for
@@ -11,7 +12,7 @@ import time
 from pathlib import Path
 
 t0 = time.perf_counter()
-from jobkit.analysis import anomalies, build, hosts, job, report, tsdb_dump  # noqa: E402  (timed import)
+from jobkit.analysis import anomalies, build, hosts, job, report, tsdb_dump  # noqa: E402 (imported late on purpose: its time is measured)
 
 phases = [("import jobkit.analysis (matplotlib)", time.perf_counter() - t0)]
 

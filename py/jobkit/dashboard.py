@@ -36,7 +36,6 @@ from jobkit.nodelist import expand_nodelist
 DEFAULT_PORT = 8390
 PAGE_DIR = ".dashboard"
 PAGE_NAME = "index.html"
-_LOCAL_ID = re.compile(r"^local_(\d{8}_\d{6})_")  # local_<YYYYmmdd_HHMMSS>_<hex>
 # Statuses that are not failures: nothing to classify.
 _NOT_FAILED = ("SUCCESS", "STOPPED")
 
@@ -74,12 +73,9 @@ def _finite(value) -> float | None:
 def _start(job_id: str, log: Path) -> tuple[float | None, str]:
     # Local job ids carry their start time; a Slurm id does not, and the log's mtime (its last write) is the
     # nearest thing the workspace records.
-    m = _LOCAL_ID.match(job_id + "_")
-    if m:
-        try:
-            return dt.datetime.strptime(m.group(1), "%Y%m%d_%H%M%S").timestamp(), "job id"
-        except ValueError:
-            pass
+    start = jobs.local_start(job_id)
+    if start is not None:
+        return start, "job id"
     try:
         return log.stat().st_mtime, "log mtime"
     except OSError:

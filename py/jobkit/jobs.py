@@ -13,6 +13,7 @@ import math
 import os
 import re
 import sys
+import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -50,6 +51,20 @@ class Job:
     def tries(self) -> str:
         """`2/3` for attempt 2 of at most 3; `-` for a job that was never to be requeued."""
         return f"{self.attempt}/{self.attempts}" if self.attempts > 1 or self.attempt > 1 else "-"
+
+
+_LOCAL_ID = re.compile(r"^local_(\d{8}_\d{6})_")  # run_local.sh's ids: local_<YYYYmmdd_HHMMSS>_<hex>
+
+
+def local_start(job_id: str) -> float | None:
+    """When a local job started, from its id (run_local.sh stamps it there); None for a Slurm id."""
+    m = _LOCAL_ID.match(job_id + "_")
+    if not m:
+        return None
+    try:
+        return time.mktime(time.strptime(m.group(1), "%Y%m%d_%H%M%S"))
+    except ValueError:
+        return None
 
 
 def workspace(given: str | None) -> Path:

@@ -69,6 +69,7 @@ def ensure_chromium() -> str:
     # The repo's helper refreshes stale package lists and retries once; it prints why when it fails.
     proc = subprocess.run(
         ["bash", "-c", 'source "$1" && apt_install chromium', "bash", str(APT_HELPER)],
+        check=False,  # its status is read below, with its message
         capture_output=True,
         text=True,
         timeout=900,

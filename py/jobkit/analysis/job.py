@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from jobkit import failures, logparse, tgs
+from jobkit import failures, jobs, logparse, tgs
 from jobkit.cli import default_yml
 from jobkit.log_steps import series_after
 from jobkit.nodelist import expand_nodelist
@@ -27,7 +27,6 @@ _STAGE_SKIPPED = re.compile(r"^== (?P<name>.+?) SKIPPED \((?P<why>[^)]*)\)", re.
 _PROVENANCE = re.compile(r"^== (SOURCE|BRANCH|COMMIT) ==\n(.*?)(?=^== |\Z)", re.M | re.S)
 _ABSL_TIME = re.compile(r"^(?:\s*\d+: )?[IWEF](\d\d)(\d\d) (\d\d):(\d\d):(\d\d)\.(\d{6}) ", re.M)
 _MFU_NOTE = re.compile(r"^(?:\s*\d+: )?\[MFU\] (.+)$", re.M)
-_LOCAL_ID = re.compile(r"^local_(\d{8}_\d{6})_")
 # TensorBoard tags shown per step besides the log's loss (MaxText's names).
 TB_TAGS = {
     "learning_rate": "learning/current_learning_rate",
@@ -182,13 +181,7 @@ def _first_absl_time(text: str) -> float | None:
 
 def _time_bounds(log_path: Path, text: str, log: logparse.JobLog) -> tuple[float | None, float | None]:
     """Job start (a local job id's stamp, else the first absl line) and end (the log's last write)."""
-    start = None
-    m = _LOCAL_ID.match(log.header.get("JOB_ID", ""))
-    if m:
-        try:
-            start = time.mktime(time.strptime(m.group(1), "%Y%m%d_%H%M%S"))
-        except ValueError:
-            start = None
+    start = jobs.local_start(log.header.get("JOB_ID", ""))
     if start is None:
         start = _first_absl_time(text)
     try:
