@@ -54,7 +54,7 @@ _record_environment() {
   env | LC_ALL=C sort | sed -E 's/^([^=]*(TOKEN|SECRET|PASSWORD|PASSWD|API_KEY)[^=]*)=.*/\1=***/I' >"$file"
 }
 
-# The hang watchdog (py/jobkit/hang_watchdog.py) follows the job log beside training on every node, and on a
+# The hang watchdog (py/jobkit/ops/hang_watchdog.py) follows the job log beside training on every node, and on a
 # hang captures stacks into the job dir's hang/ and stops training. Started before training is exec'd, so it
 # outlives this script; it finds training by JOB_ID and NODE_RANK and ends when training does.
 _start_hang_watchdog() {

@@ -9,7 +9,7 @@
 # (e.g. "preflight:600,train:86400"), RAY=1, CONTAINER_RUNTIME, DOCKER_IMAGE and the other settings in
 # configs/container_settings.sh. No Slurm at hand? `utils/local_cluster.sh up -N 2` starts one here.
 # MAX_RETRIES=N (default 0) submits a job that hangs, loses a node, is preempted or reaches its time limit
-# again, up to N times (py/jobkit/requeue.py). Slurm warns the job TIME_LIMIT_SIGNAL_LEAD seconds (default
+# again, up to N times (py/jobkit/ops/requeue.py). Slurm warns the job TIME_LIMIT_SIGNAL_LEAD seconds (default
 # 300) before its time limit (--signal=B:USR1@...), so training can save a checkpoint and stop.
 #
 # Writes <JOB_WORKSPACE>/<jobid>-<JOB_NAME>.log, the job dir <jobid>-<JOB_NAME>/ (artifact and log links)
@@ -93,7 +93,7 @@ _warn_if_node_local() {
   esac
 }
 
-# MAX_RETRIES, TIME_LIMIT_SIGNAL_LEAD and, for a requeued attempt (set by py/jobkit/requeue.py), the snapshot
+# MAX_RETRIES, TIME_LIMIT_SIGNAL_LEAD and, for a requeued attempt (set by py/jobkit/ops/requeue.py), the snapshot
 # it reuses.
 _check_requeue_settings() {
   [[ ${MAX_RETRIES:-0} =~ ^[0-9]+$ ]] ||
@@ -223,7 +223,7 @@ main() {
     (JOB_WORKSPACE=$user_workspace write_submit_cmd "$artifact" "$0" "$@")
     _say "snapshot $artifact ($(du -sh "$artifact" | cut -f1), $(( ($(date +%s%N) - start_ns) / 1000000 )) ms)"
   fi
-  # What a requeue submits again: these very arguments (py/jobkit/requeue.py reads them back with shlex).
+  # What a requeue submits again: these very arguments (py/jobkit/ops/requeue.py reads them back with shlex).
   local submit_argv
   submit_argv=$(printf '%q ' "$@")
 

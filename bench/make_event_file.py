@@ -10,7 +10,7 @@ import struct
 import sys
 import types
 
-from jobkit.tb_events import masked_crc32c
+from jobkit.observe.tb_events import masked_crc32c
 
 
 def record(event):

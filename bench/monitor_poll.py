@@ -46,7 +46,7 @@ def timed(fn) -> tuple[float, float]:
 
 
 def main() -> None:
-    from jobkit.monitor import Monitor
+    from jobkit.ops.monitor import Monitor
 
     sizes = [int(x) for x in (sys.argv[1] if len(sys.argv) > 1 else "10,50,200").split(",")]
     steps = int(sys.argv[2]) if len(sys.argv) > 2 else 2000

@@ -3,7 +3,7 @@
 #                                  [--plugins-dir D] [--sd-dir DIR]
 # Summary: Serve this node's hardware metrics on http://A:P/metrics, collected every S seconds by utils/plugins/*_metrics_plugin.sh
 #
-# Runs the engine `jobkit exporter` (py/jobkit/exporter.py, one long-lived process). Every S seconds (default 10)
+# Runs the engine `jobkit exporter` (py/jobkit/observe/exporter.py, one long-lived process). Every S seconds (default 10)
 # it finds the plugins anew (`D/*_metrics_plugin.sh`, default utils/plugins) and runs them all at once, each with the short
 # host name as $1 and POLL_INTERVAL and _PLUGIN_STATE (the plugin's last `# STATE <value>` line) set. Exit 99
 # retires a plugin for good; a plugin that fails or runs past --timeout (default 5 s, its process group is

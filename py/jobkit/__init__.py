@@ -1,32 +1,16 @@
-"""jobkit: the Python side of the MaxText launcher, one `jobkit` command (cli.py) over modules of one concern.
+"""jobkit: the Python side of the MaxText launcher, one `jobkit` command over subpackages of one concern each.
 
-Reading jobs
-  cli          the click group; tgs, mfu, why and launch live there, the rest are imported when run
-  clitypes     click parameter types shared by several commands
-  logparse     a job log: header, step lines, footer
-  tgs          throughput statistics over step windows, the end-of-run line
-  failures     why a failed run failed
-  config       a run's MaxText settings: key=value args and the yml
-Training
-  launch       the training entry (`jobkit launch <config.yml> [key=value ...]`, hand-parsed)
-  mfu, mfu_stream, peaks, gpu
-               the MFU decision, the stream that appends MFU to step lines, peak table, accelerator detection
-Observability (RAY=1)
-  exporter     the node metrics exporter engine (`jobkit exporter`)
-  tb_events    reading TensorBoard event files
-  tb_serve     the live TensorBoard bridge daemon (`jobkit tb-bridge serve`)
-  tb_backfill  every step into the TSDB after the job (`jobkit tb-bridge backfill`)
-  tb_bridge    the `jobkit tb-bridge` group
-  promserver   a throwaway Prometheus on a TSDB (backfill, `jobkit tsdb view`)
-  tsdb, tsdb_wal
-               `jobkit tsdb view`, and the WAL check that runs before it
-  ray_driver, ray_actor, ray_watchdog
-               `jobkit ray-launch`: driver side, the per-node actor, the KILL-on-actor-death watchdog
-  ray_start    `jobkit ray-start`: Ray's `ray start` without the CLI groups it never needs
-Processes
-  procfs       finding and stopping processes by PID (the twin of utils/lib/process.sh)
+  cli.py     the click group and its command table (name -> module, summary); imports no command to list them
+  core/      reading what jobs leave behind: logs, steps and TGS, failures, nodelists, procfs, Slurm, paths, errors
+  launch/    the training entry (`jobkit launch`), MFU and peak TFLOP/s, accelerator detection
+  observe/   RAY=1 observability: node exporter, TensorBoard bridge, throwaway Prometheus, TSDB tools, Ray launch
+  sweep/     families of real jobs, watched and ranked (`jobkit sweep ...`)
+  ops/       operating jobs: hang watchdog, monitor, notify, requeue, jobs/tail, tag, artifacts, why
+  analysis/  pages and reports over finished jobs: analyze, compare, dashboard, profile, hlo
+  image/     what a training image holds (`jobkit image-info`)
 
-Nothing here imports MaxText, JAX or Ray at module level.
+Imports only go down this order: core < launch < observe < sweep < ops < analysis < image < cli (a module may
+import its own subpackage and any below it; tests/py/test_layers.py fails on an upward import or a cycle).
+Each subpackage's __init__ says what lives there, where it runs and what it may import; none of them imports
+a module at package import time. Nothing here imports MaxText, JAX or Ray at module level.
 """
-
-__version__ = "0.1.0"

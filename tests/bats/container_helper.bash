@@ -121,5 +121,5 @@ training_tier_vars() {
       sed 's/^..//; s/:-$//'
   done
   grep -v '^\s*#' "$REPO_DIR/train_env.sh" | grep -oE 'train_setting [A-Z][A-Z0-9_]*' | cut -d' ' -f2
-  grep -v '^\s*#' "$REPO_DIR/py/jobkit/launch.py" | grep -oE '\.get\("[A-Z][A-Z0-9_]*"' | cut -d'"' -f2
+  grep -v '^\s*#' "$REPO_DIR/py/jobkit/launch/entry.py" | grep -oE '\.get\("[A-Z][A-Z0-9_]*"' | cut -d'"' -f2
 }

@@ -10,7 +10,7 @@ import urllib.parse
 import urllib.request
 from pathlib import Path
 
-from jobkit import procfs
+from jobkit.core import procfs
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "utils" / "prometheus.sh"

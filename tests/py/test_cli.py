@@ -9,7 +9,9 @@ from pathlib import Path
 from click.testing import CliRunner
 from conftest import FIXTURES, JOBKIT_LOGS, REPO, TOOLS
 
-from jobkit import cli, failures, peaks
+from jobkit import cli
+from jobkit.core import failures
+from jobkit.launch import peaks
 
 MFU_LOG = str(JOBKIT_LOGS / "launch-tiny-20steps-mfu.log")
 BAD_KEY_LOG = str(JOBKIT_LOGS / "launch-config-error-no_such_key.log")

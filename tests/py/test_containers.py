@@ -358,7 +358,7 @@ def test_image_info_reads_the_built_image(cpu_image):
 def test_the_gpu_containerfile_builds_on_the_cpu_image(cpu_image):
     """Every step of configs/containers/Containerfile.gpu, run for real on a Debian base that has a venv
     (a vendor base needs a registry): its apt and pip steps, the lock's pins, its labels."""
-    from jobkit.image_info import host_run_args
+    from jobkit.image.info import host_run_args
 
     tag = f"localhost/maxtext-gpu-check:{os.getpid()}"
     try:

@@ -17,9 +17,9 @@ from browser import BrowserError, artifact_path, load, open_tab
 from click.testing import CliRunner
 from conftest import FIXTURES, JOBKIT_LOGS
 
-from jobkit import dashboard, dashboard_serve
+from jobkit.analysis import dashboard, dashboard_serve
+from jobkit.analysis.dashboard import COLUMNS
 from jobkit.cli import main
-from jobkit.dashboard import COLUMNS
 
 # ---------------------------------------------------------------------------------------------------------
 # The harness itself: it must catch a broken page, or a clean result from it means nothing.
@@ -196,7 +196,7 @@ def test_unreadable_log_is_a_row_the_rest_render(workspace, monkeypatch, request
     bad = workspace / JOBS[3][0]
     bad.chmod(0)
     if os.geteuid() == 0:  # root reads a mode-000 file anyway: make the read fail as it would for a user
-        from jobkit import logparse
+        from jobkit.core import logparse
 
         real = logparse.parse_file
 

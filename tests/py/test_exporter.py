@@ -17,9 +17,9 @@ from click.testing import CliRunner
 from conftest import REPO
 from prometheus_client.parser import text_string_to_metric_families
 
-from jobkit import exporter as engine
 from jobkit.cli import main as jobkit_main
-from jobkit.exporter import parse_output
+from jobkit.observe import exporter as engine
+from jobkit.observe.exporter import parse_output
 
 EXPORTER = REPO / "utils" / "metrics_exporter.sh"
 JOBKIT = Path(sys.executable).parent / "jobkit"  # the venv's console script

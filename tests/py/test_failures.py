@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 from conftest import JOBKIT_LOGS
 
-from jobkit import failures
+from jobkit.core import failures
 
 
 def classify_file(name, **kw):

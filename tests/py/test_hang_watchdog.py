@@ -15,7 +15,7 @@ import pytest
 from job_observation import TRAINING_CMDLINE, header, live_processes_of
 from slurm_cluster import job_env, local_cluster, submit_job  # noqa: F401  (local_cluster: the session fixture)
 
-from jobkit import hang_watchdog as hw
+from jobkit.ops import hang_watchdog as hw
 
 REPO = Path(__file__).resolve().parents[2]
 HOST = socket.gethostname().split(".")[0]

@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner
 from profile_job import fake_job, profiled_job  # noqa: F401 - profiled_job is a fixture
 
-from jobkit import hlo
+from jobkit.analysis import hlo
 from jobkit.cli import main
 
 

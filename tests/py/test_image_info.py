@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from jobkit import image_info, image_probe
 from jobkit.cli import main
+from jobkit.image import info as image_info
+from jobkit.image import probe as image_probe
 
 PROBE = Path(image_probe.__file__)
 REPO = Path(__file__).resolve().parents[2]

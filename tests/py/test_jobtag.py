@@ -196,7 +196,7 @@ def test_unknown_job_and_bad_usage(ws):
 
 
 def test_a_failed_step_undoes_the_renames(ws, monkeypatch):
-    from jobkit import jobtag
+    from jobkit.ops import jobtag
 
     def broken(link, target):
         raise OSError("disk full")

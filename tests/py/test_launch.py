@@ -10,7 +10,8 @@ import time
 import pytest
 from conftest import PY_DIR, REPO
 
-from jobkit import cli, failures, launch, logparse, tgs
+from jobkit.core import failures, logparse, tgs, verdict
+from jobkit.launch import entry as launch
 
 # ---- real MaxText runs on CPU (started together: they share the 2 cores) ----
 
@@ -87,7 +88,9 @@ def test_real_run_end_of_run_line(real_runs, tmp_path):
     log.write_text(
         "JOB_ID=local_20261122_101010_ab12\nJOB_NAME=JAX-tiny\nNNODES=1\nMODEL_NAME=tiny\n" + r["out"] + r["err"]
     )
-    line = tgs.format_line(tgs.summarize(logparse.parse_file(log)), cli.verdict(logparse.parse_file(log), "SUCCESS", 0))
+    line = tgs.format_line(
+        tgs.summarize(logparse.parse_file(log)), verdict.verdict(logparse.parse_file(log), "SUCCESS", 0)
+    )
     assert (
         line
         == "tiny 1N (job local_20261122_101010_ab12): TGS n/a (steady window 5-14 needs steps>=15, run logged 3) — PASS"
@@ -204,7 +207,7 @@ def test_fast_exit_switch(value, enabled):
 def test_finish_skips_atexit_only_when_fast(fast, atexit_runs):
     code = (
         "import atexit, sys\n"
-        "from jobkit.launch import finish\n"
+        "from jobkit.launch.entry import finish\n"
         "atexit.register(lambda: print('ATEXIT-RAN'))\n"
         "print('before', end='')\n"  # unflushed partial line must still come out
         "finish(7)\n"
@@ -221,7 +224,7 @@ def test_absl_handler_is_pointed_at_the_wrapper(monkeypatch):
 
     from absl import logging as absl_logging
 
-    from jobkit import mfu_stream
+    from jobkit.launch import mfu_stream
 
     handler = absl_logging.get_absl_handler().python_handler
     original = io.StringIO()

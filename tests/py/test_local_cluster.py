@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from slurm_cluster import PREFIX, SCRIPT, cluster_down, cluster_up, local_cluster, script, tool_env  # noqa: F401
 
-from jobkit import procfs
+from jobkit.core import procfs
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root")
 

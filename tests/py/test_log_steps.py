@@ -1,11 +1,11 @@
-"""jobkit.log_steps: a killed job's last steps, taken from rank 0's log lines for the TSDB backfill."""
+"""jobkit.observe.log_steps: a killed job's last steps, taken from rank 0's log lines for the TSDB backfill."""
 
 import time
 
 from conftest import JOBKIT_LOGS
 
-from jobkit import log_steps
-from jobkit.tb_events import STEP_METRIC, metric_name
+from jobkit.observe import log_steps
+from jobkit.observe.tb_events import STEP_METRIC, metric_name
 
 
 def test_rank_0_steps_after_a_given_step_with_their_values_and_times():
@@ -55,7 +55,7 @@ def test_a_metric_cut_short_in_the_event_file_is_filled_from_its_own_last_step()
 
 
 def test_each_metric_s_last_step_is_the_step_in_force_at_its_newest_sample():
-    from jobkit.tb_backfill import last_step_by_metric
+    from jobkit.observe.tb_backfill import last_step_by_metric
 
     series = {
         STEP_METRIC: (None, [(1000, 3.0), (2000, 4.0)]),

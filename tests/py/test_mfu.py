@@ -8,7 +8,7 @@ import time
 import pytest
 from conftest import FIXTURES, REPO, TOOLS
 
-from jobkit import gpu, mfu, mfu_stream, peaks
+from jobkit.launch import gpu, mfu, mfu_stream, peaks
 
 REQUIRED = [
     "MI210",

@@ -13,8 +13,8 @@ import pytest
 from click.testing import CliRunner
 from webhook import Receiver
 
-from jobkit import monitor
 from jobkit.cli import main
+from jobkit.ops import monitor
 
 REPO = Path(__file__).resolve().parents[2]
 HEADER = "JOB_ID={id}\nJOB_NAME=tiny\nNNODES=2\nJOB_NODELIST=node[1-2]\nMODEL_NAME=tiny\nMAX_RETRIES={retries}\n"
@@ -301,7 +301,7 @@ def test_daemon_runs_in_the_background_refuses_a_second_and_stops(env, tmp_path)
 
 
 def test_an_ended_job_whose_teardown_did_not_backfill_gets_its_backfill_from_the_monitor(env):
-    from jobkit import tb_backfill
+    from jobkit.observe import tb_backfill
 
     ws, slurm = env
     write_log(ws, "500", steps=range(6), status="CANCELLED", rc=143)

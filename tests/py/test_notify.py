@@ -6,8 +6,8 @@ import pytest
 from click.testing import CliRunner
 from webhook import Receiver
 
-from jobkit import notify
 from jobkit.cli import main
+from jobkit.ops import notify
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner
 from profile_job import PROFILER_STEPS, SKIP_STEPS, fake_job, profiled_job  # noqa: F401 - a fixture
 
-from jobkit import hlo, profile
+from jobkit.analysis import hlo, profile
 from jobkit.cli import main
 
 

@@ -1,4 +1,4 @@
-"""`jobkit ray-launch` (py/jobkit/ray_driver.py, ray_actor.py, ray_watchdog.py) and utils/lib/ray_cluster.sh
+"""`jobkit ray-launch` (py/jobkit/observe/ray_driver.py, ray_actor.py, ray_watchdog.py) and utils/lib/ray_cluster.sh
 against a real one-node Ray cluster.
 
 One Ray head for the whole module (started and stopped through utils/lib/ray_cluster.sh, on 127.0.0.1 with its own
@@ -21,8 +21,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from jobkit import procfs, ray_actor, ray_driver
 from jobkit.cli import main as jobkit_main
+from jobkit.core import procfs
+from jobkit.observe import ray_actor, ray_driver
 
 REPO = Path(__file__).resolve().parents[2]
 LIB = REPO / "utils" / "lib" / "ray_cluster.sh"

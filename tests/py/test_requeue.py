@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from jobkit import logparse, requeue
 from jobkit.cli import main
+from jobkit.core import logparse
+from jobkit.ops import requeue
 
 HEADER = "JOB_ID=500\nJOB_NAME=tiny\nNNODES=2\nJOB_NODELIST=node[1-2]\nMODEL_NAME=tiny\n"
 STEP = "0: I1124 07:31:08.338372 1 metric_logger.py:265] completed step: {n}, seconds: 0.1, Tokens/s/device: 1000.0, loss: 5.9\n"

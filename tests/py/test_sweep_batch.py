@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from sweep_fakes import failing, hanging, invoke, oom, passing
 
-from jobkit import gpu
+from jobkit.launch import gpu
 from jobkit.sweep import batch, config_edit, memory
 
 REPO = Path(__file__).resolve().parents[2]
@@ -200,7 +200,7 @@ def test_a_failure_that_is_not_memory_stops_probing(monkeypatch, tmp_path):
 
 
 def test_the_recorded_oom_is_classified_as_oom():
-    from jobkit import failures
+    from jobkit.core import failures
 
     text = (Path(__file__).parent / "fixtures" / "sweep" / "tiny-oom.log").read_text()
     assert "Status: FAILED (exit 1)" in text and "completed step:" not in text

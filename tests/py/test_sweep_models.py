@@ -10,8 +10,8 @@ import pytest
 import yaml
 from sweep_fakes import failing, invoke, passing
 
+from jobkit.core.paths import REPO_ROOT
 from jobkit.sweep import models, state
-from jobkit.sweep.jobs import REPO_ROOT
 
 SMALL_TABLE = {
     "placement": {1: "1", 2: "2-3"},

@@ -1,4 +1,4 @@
-"""`jobkit tb-bridge` (py/jobkit/tb_bridge.py, tb_events.py, tb_serve.py, tb_backfill.py): TensorBoard event
+"""`jobkit tb-bridge` (py/jobkit/observe/tb_bridge.py, tb_events.py, tb_serve.py, tb_backfill.py): TensorBoard event
 files -> Prometheus, live (serve) and after the job (backfill).
 
 Event files are written with tensorboardX (MaxText's writer), or are a trimmed copy of a real MaxText run
@@ -24,7 +24,7 @@ from prom_query import View, api, free_port, pid_alive, wait_for
 from tensorboardX import SummaryWriter
 from tensorboardX.proto import summary_pb2, tensor_pb2, tensor_shape_pb2, types_pb2
 
-from jobkit import exporter, tb_backfill, tb_events, tb_serve
+from jobkit.observe import exporter, tb_backfill, tb_events, tb_serve
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURE_DIR = REPO / "tests" / "fixtures" / "tensorboard"
@@ -695,7 +695,7 @@ def test_learned_record_layout_reads_what_protobuf_reads(tmp_path):
 def test_serve_refuses_an_interval_that_is_not_a_positive_finite_number(interval, tmp_path):
     from click.testing import CliRunner
 
-    from jobkit.tb_bridge import group
+    from jobkit.observe.tb_bridge import group
 
     args = ["serve", "--logdir", str(tmp_path), "--host", "h", "--out", str(tmp_path / "o"), "--interval", interval]
     result = CliRunner().invoke(group, args)

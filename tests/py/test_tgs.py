@@ -6,7 +6,7 @@ import statistics
 import pytest
 from conftest import FIXTURES, JOBKIT_LOGS
 
-from jobkit import logparse, tgs
+from jobkit.core import logparse, tgs
 
 RAW_LOG = FIXTURES / "logs" / "maxtext-cpu-tiny-20steps.log"
 MFU_LOG = JOBKIT_LOGS / "launch-tiny-20steps-mfu.log"

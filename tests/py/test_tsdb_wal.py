@@ -1,4 +1,4 @@
-"""py/jobkit/tsdb_wal.py: the WAL check that `jobkit tsdb view` runs before Prometheus may repair a WAL.
+"""py/jobkit/observe/tsdb_wal.py: the WAL check that `jobkit tsdb view` runs before Prometheus may repair a WAL.
 
 Segments here are built fragment by fragment in Prometheus's format (tsdb/wlog); test_prometheus.py checks a
 segment written by a real Prometheus, damaged by one flipped byte.
@@ -8,7 +8,7 @@ import struct
 
 from google_crc32c import value as crc32c
 
-from jobkit import tsdb_wal
+from jobkit.observe import tsdb_wal
 
 PAGE = tsdb_wal.PAGE_SIZE
 

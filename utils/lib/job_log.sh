@@ -37,7 +37,7 @@ print_job_header() {
 }
 
 # job_status_word EXIT_CODE CANCELLED(0|1) [JOB_DIR [LOG]] -> SUCCESS | FAILED | CANCELLED | HANG | STOPPED
-# HANG: the hang watchdog wrote JOB_DIR/hang/HANG (py/jobkit/hang_watchdog.py) and training then failed, or
+# HANG: the hang watchdog wrote JOB_DIR/hang/HANG (py/jobkit/ops/hang_watchdog.py) and training then failed, or
 # stopped early (with checkpointing on, MaxText answers the watchdog's TERM by saving and exiting 0).
 # STOPPED: training exited 0 but stopped early (job_stopped_early): not a success.
 job_status_word() {

@@ -334,7 +334,7 @@ prometheus_list() {
     note=''
     pid=$(prometheus_serving_pid "$(cd "$dir" && pwd)") && note="  (running, pid $pid)"
     # A job stopped before its teardown finished left its TensorBoard backfill pending: complete it first,
-    # so that the range below covers every step (py/jobkit/tb_backfill.py, PENDING / DONE).
+    # so that the range below covers every step (py/jobkit/observe/tb_backfill.py, PENDING / DONE).
     if [[ -z $note && -f $dir/tb_backfill.pending.json && ! -f $dir/tb_backfill.done.json ]]; then
       "$(proc_jobkit)" tb-bridge complete --tsdb "$dir" 2>&1 | sed "s|^|[prometheus] $name: |" >&2 || true
     fi

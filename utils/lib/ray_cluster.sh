@@ -77,7 +77,7 @@ _ray_cli() {
 # Prints, NUL-terminated, the words that run `ray start` for the ray CLI at $1. For Ray's own Python console
 # script (a "#!" interpreter line and Ray's entry point): `jobkit ray-start` under that interpreter, the same Ray
 # minus the CLI groups `ray start` never uses (0.7 s instead of 2 s of imports on every node's start; see
-# py/jobkit/ray_start.py). The package runs from this checkout (py/bin/jobkit), so that interpreter needs no
+# py/jobkit/observe/ray_start.py). The package runs from this checkout (py/bin/jobkit), so that interpreter needs no
 # jobkit installed. Any other `ray` (a wrapper, a binary): `$1 start` as it is.
 _ray_start_cmd() {
   local cli=$1 shebang=""

@@ -5,7 +5,7 @@
 # Called once per exporter cycle (see utils/metrics_exporter.sh) with the training environment. Only rank 0
 # reads TensorBoard: NODE_RANK other than 0, or no OUTPUT_PATH (MaxText's base_output_directory), exits 99
 # (never called again). The first call starts the reader daemon (jobkit tb-bridge serve, see
-# py/jobkit/tb_serve.py) in the background, in its own session, watching OUTPUT_PATH for the newest
+# py/jobkit/observe/tb_serve.py) in the background, in its own session, watching OUTPUT_PATH for the newest
 # events.out.tfevents.* file; it exits by itself when the exporter engine (this plugin's parent) exits. Every
 # call prints the daemon's exposition file (per scalar tag the newest step's value, e.g.
 # tb_learning_loss{host="<$1>"}, with the event's own time as sample timestamp, plus tb_step and

@@ -15,10 +15,10 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from jobkit import tgs
 from jobkit.analysis import anomalies, hosts, tsdb_dump
 from jobkit.analysis.job import JobFacts, mfu_note, provenance
-from jobkit.hang_watchdog import MARKER_NAME
+from jobkit.core import tgs
+from jobkit.ops.hang_watchdog import MARKER_NAME
 
 SCHEMA = 1
 

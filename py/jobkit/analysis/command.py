@@ -9,25 +9,21 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 import tempfile
 from pathlib import Path
 
 import click
 
-from jobkit import jobs
 from jobkit.analysis import build as buildmod
 from jobkit.analysis import report
 from jobkit.analysis.job import JobReadError, load
+from jobkit.core import paths
+from jobkit.core.errors import JobkitError
+from jobkit.ops import jobs
 
 
 class AnalyzeError(Exception):
     """One line: what is wrong and what to do."""
-
-
-def _fail(message: str, code: int = 1):
-    click.echo(f"jobkit analyze: {message}", err=True)
-    sys.exit(code)
 
 
 def _write(directory: Path, name: str, text: str) -> Path:
@@ -116,13 +112,13 @@ def command(job, ws, output, as_json):
     memory heading for its limit.
     """
     try:
-        log_path = jobs.resolve(jobs.workspace(ws), job)
+        log_path = jobs.resolve(paths.workspace(ws), job)
     except jobs.JobsError as e:
-        _fail(str(e))
+        raise JobkitError("analyze", str(e)) from None
     try:
         result, target = analyze(Path(log_path), Path(output) if output else None)
     except AnalyzeError as e:
-        _fail(str(e))
+        raise JobkitError("analyze", str(e)) from None
     if as_json:
         click.echo(json.dumps(result.doc, indent=1))
         return

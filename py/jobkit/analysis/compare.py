@@ -12,15 +12,17 @@ from __future__ import annotations
 import html
 import re
 import shlex
-import sys
 import time
 from pathlib import Path
 
 import click
 
-from jobkit import jobs, plots
 from jobkit.analysis import build as buildmod
+from jobkit.analysis import plots
 from jobkit.analysis.job import JobReadError, load
+from jobkit.core import paths
+from jobkit.core.errors import JobkitError
+from jobkit.ops import jobs
 
 # Header and environment keys that differ between any two jobs whatever they ran.
 _NOISE = re.compile(
@@ -33,11 +35,6 @@ _ENV_LINE = re.compile(r"^(?:export |declare -x )?([A-Za-z_][A-Za-z0-9_]*)=(.*)$
 
 class CompareError(Exception):
     """One line: what is wrong and what to do."""
-
-
-def _fail(message: str):
-    click.echo(f"jobkit compare: {message}", err=True)
-    sys.exit(1)
 
 
 def sweep_logs(ws: Path, sweep_id: str) -> list[Path]:
@@ -233,21 +230,21 @@ def render(analyses, table, diffs) -> str:
 def command(jobs_given, sweep_id, ws, html_out):
     """Compare jobs side by side: TGS, MFU and step time with spread, loss at the last common step, and the
     header and environment differences that could explain a gap. The first job is the baseline."""
-    workspace = jobs.workspace(ws)
+    workspace = paths.workspace(ws)
     if bool(jobs_given) == bool(sweep_id):
-        _fail("give two or more jobs, or --sweep ID (not both)")
+        raise JobkitError("compare", "give two or more jobs, or --sweep ID (not both)")
     try:
         logs = sweep_logs(workspace, sweep_id) if sweep_id else [Path(jobs.resolve(workspace, j)) for j in jobs_given]
     except (jobs.JobsError, CompareError) as e:
-        _fail(str(e))
+        raise JobkitError("compare", str(e)) from None
     if len(logs) < 2:
-        _fail(f"only {len(logs)} job to compare; give at least two")
+        raise JobkitError("compare", f"only {len(logs)} job to compare; give at least two")
     analyses = []
     for log in logs:
         try:
             analyses.append(buildmod.build(load(log)))
         except JobReadError as e:
-            _fail(str(e))
+            raise JobkitError("compare", str(e)) from None
     table = rows(analyses)
     diffs = differences(analyses)
     click.echo(format_table(table))
@@ -262,5 +259,5 @@ def command(jobs_given, sweep_id, ws, html_out):
         tmp.write_text(render(analyses, table, diffs), encoding="utf-8")
         tmp.replace(target)
     except OSError as e:
-        _fail(f"cannot write {target}: {e.strerror}; pass --html FILE")
+        raise JobkitError("compare", f"cannot write {target}: {e.strerror}; pass --html FILE") from None
     click.echo(f"\npage: {target}")

@@ -15,11 +15,12 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from jobkit import failures, jobs, logparse, tgs
-from jobkit.cli import default_yml
-from jobkit.log_steps import series_after
-from jobkit.nodelist import expand_nodelist
-from jobkit.tb_events import STEP_METRIC, ScalarReader, find_event_files
+from jobkit.core import failures, logparse, tgs
+from jobkit.core.config import default_yml
+from jobkit.core.nodelist import expand_nodelist
+from jobkit.observe.log_steps import series_after
+from jobkit.observe.tb_events import STEP_METRIC, ScalarReader, find_event_files
+from jobkit.ops import jobs
 
 # Slurm jobs print `== <Stage> BEGIN ... ==` / `== <Stage> END (12s) ==` (utils/lib/stage_timeout.sh).
 _STAGE_END = re.compile(r"^== (?P<name>.+?) (?P<how>END|TIMEOUT|FAILED) \((?:exit=\d+, )?(?P<s>\d+)s", re.M)
@@ -78,7 +79,7 @@ def load(log_path: Path, yml_path: str | None = None) -> JobFacts:
         raise JobReadError(f"cannot read {log_path}: {e.strerror}; check its permissions") from None
     job_dir = log_path.with_suffix("") if log_path.name.endswith(".log") else log_path.parent
     # The same steady window and profiler exclusion as `jobkit tgs` (the model's yml names the profiler steps).
-    summary = tgs.summarize(log, tgs.DEFAULT_STEADY, yml_path or default_yml(log)) if log.entries else None
+    summary = tgs.summarize(log, tgs.DEFAULT_STEADY, yml_path or default_yml(log.header)) if log.entries else None
     steps = series_after(str(log_path), None).get(STEP_METRIC, (None, []))[1]
     step_times = {int(v): ms / 1000.0 for ms, v in steps}
     tb, tb_problem = _tb_scalars(job_dir)

@@ -11,8 +11,8 @@ from __future__ import annotations
 import html
 import time
 
-from jobkit import plots
 from jobkit.analysis import hosts as hostmod
+from jobkit.analysis import plots
 from jobkit.analysis.build import Analysis
 
 CSS = """

@@ -18,7 +18,7 @@ import subprocess
 import tempfile
 from dataclasses import dataclass, field
 
-from jobkit import promserver
+from jobkit.observe import promserver
 
 TIMEOUT_S = 300
 _LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')

@@ -29,11 +29,12 @@ from dataclasses import dataclass
 
 import click
 
-from jobkit.config import parse_overrides
+from jobkit.core.config import parse_overrides
+from jobkit.core.errors import JobkitError
+from jobkit.core.paths import REPO_ROOT
 from jobkit.sweep import common, config_edit, memory
-from jobkit.sweep.cli import group
 from jobkit.sweep.engine import Engine
-from jobkit.sweep.jobs import REPO_ROOT, Outcome, Point
+from jobkit.sweep.jobs import Outcome, Point
 from jobkit.sweep.state import SweepError
 
 # Where --apply edits (tests point it at a copy).
@@ -344,7 +345,7 @@ def _estimate(name, cfg, device_memory, fraction_given, local, extra, num_nodes)
         return None, f"cannot estimate {name} from the config ({exc}); give the first value with --start"
 
 
-@common.driver_command(group, "batch")
+@common.driver_command("batch")
 @click.argument("model")
 @click.option("-N", "--nodes", "num_nodes", type=click.IntRange(1), help="Nodes per job (default: all of -w; 1 local).")
 @click.option("-w", "--nodelist", "nodelist", help="Nodes to pin every job to, e.g. node[1-4] (not with --local).")
@@ -396,7 +397,7 @@ def command(
                 f"export it in configs/{model}.env.sh or pass it after -- (drop --apply)"
             )
     except SweepError as exc:
-        common.fail(str(exc))
+        raise JobkitError("sweep", str(exc)) from None
     read_at_start = config_file.read_text()
     base = tuple(a for a in extra if not a.startswith(f"{param.name}="))
 
@@ -419,5 +420,5 @@ def command(
     common.execute("batch", model, body)
     if apply_it:
         if result.get("best") is None:
-            common.fail(f"nothing to apply: no value of {param.name} ran")
+            raise JobkitError("sweep", f"nothing to apply: no value of {param.name} ran")
         config_edit.apply(config_file, read_at_start, param, result["best"], tuple(extra), yes)

@@ -1,14 +1,43 @@
-"""`jobkit sweep`: the click group. Drivers register themselves in their own modules (imported below)."""
+"""`jobkit sweep`: the click group, its `list` and `resume`, and the table of drivers (imported when run).
+
+The drivers are plain click commands in their own modules; this group names them in DRIVERS and imports one
+only when it runs, so no driver imports the group and `jobkit sweep --help` imports none of them.
+"""
 
 from __future__ import annotations
 
 import click
 
+from jobkit.core.errors import JobkitError
+from jobkit.core.lazy_group import CommandTable, LazyGroup
 from jobkit.sweep import state
-from jobkit.sweep.common import fail
+
+# name -> ("module:attribute", summary); `resume` runs a sweep again through the driver its plan.json names.
+DRIVERS: CommandTable = {
+    "batch": (
+        "jobkit.sweep.batch:command",
+        "Find the value of --param (per_device_batch_size) with the highest steady TGS for MODEL.",
+    ),
+    "models": (
+        "jobkit.sweep.models:command",
+        "Every model of the table at its node counts, each always on the same nodes; one commit or two side by side.",
+    ),
+    "network": (
+        "jobkit.sweep.network:command",
+        "All NODES in one job of MODEL; if slower than expected, bisect to the node or link to blame.",
+    ),
+    "nodes": (
+        "jobkit.sweep.nodes:command",
+        "One 1-node job of MODEL per node; TGS vs the median; the healthy nodelist.",
+    ),
+    "xla": (
+        "jobkit.sweep.xla:command",
+        "Rank the tuning profiles of a catalog for MODEL against the deployed baseline, by real TGS.",
+    ),
+}
 
 
-@click.group("sweep")
+@click.group("sweep", cls=LazyGroup, table=DRIVERS)
 def group():
     """Run a family of real jobs and rank them: batch size, nodes, network, models, XLA flags.
 
@@ -43,15 +72,15 @@ def resume_command(ctx, sweep_id):
         sweep = state.open_sweep(sweep_id)
         plan = sweep.plan()
     except state.SweepError as exc:
-        fail(str(exc))
+        raise JobkitError("sweep", str(exc)) from None
     if plan.get("state") == state.FINISHED:
-        fail(f"sweep {sweep_id} already finished (results in {sweep.summary_file}); start a new one with another --id")
-    command = group.commands.get(plan.get("driver", ""))
+        raise JobkitError(
+            "sweep",
+            f"sweep {sweep_id} already finished (results in {sweep.summary_file}); start a new one with another --id",
+        )
+    driver = plan.get("driver", "")
+    command = group.get_command(ctx, driver) if driver in DRIVERS else None
     if command is None:
-        fail(f"sweep {sweep_id}: plan.json names no known driver ({plan.get('driver')!r})")
+        raise JobkitError("sweep", f"sweep {sweep_id}: plan.json names no known driver ({plan.get('driver')!r})")
     params = {k: tuple(v) if isinstance(v, list) else v for k, v in plan["params"].items()}
     ctx.invoke(command, **params, sweep_id=sweep_id)
-
-
-# The drivers add their commands to `group` when imported.
-from jobkit.sweep import batch, models, network, nodes, xla  # noqa: E402,F401

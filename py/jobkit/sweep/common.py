@@ -17,20 +17,17 @@ from pathlib import Path
 
 import click
 
-from jobkit import clitypes
-from jobkit.nodelist import expand_nodelist
+from jobkit.core import clitypes
+from jobkit.core.errors import JobkitError
+from jobkit.core.nodelist import expand_nodelist
+from jobkit.core.paths import REPO_ROOT
 from jobkit.sweep import state
 from jobkit.sweep.engine import Engine, Policy, SweepInterrupted, SweepStopped
-from jobkit.sweep.jobs import REPO_ROOT, LocalRunner, Runner, SlurmRunner
+from jobkit.sweep.jobs import LocalRunner, Runner, SlurmRunner
 
 EXIT_BAD_INPUT, EXIT_STOPPED = 1, 3
 # After the scheduler lets a job go, how long to wait for its log's JOB SUMMARY (shared filesystems lag).
 FOOTER_GRACE = 30.0
-
-
-def fail(message: str, code: int = EXIT_BAD_INPUT):
-    click.echo(f"jobkit sweep: {message}", err=True)
-    sys.exit(code)
 
 
 def resolve_model(name: str, repo: Path = REPO_ROOT) -> str:
@@ -121,7 +118,7 @@ def execute(driver: str, model: str, body: Callable[[Engine], str]) -> None:
     try:
         sweep, resumed = state.start(sweep_id, driver, _jsonable(stored))
     except state.SweepError as exc:
-        fail(str(exc))
+        raise JobkitError("sweep", str(exc)) from None
     for job_id in sweep.unfinished_jobs() if resumed else []:
         click.echo(f"[sweep] job {job_id} of the interrupted run has no outcome; it will run again")
     policy = Policy(
@@ -143,11 +140,11 @@ def execute(driver: str, model: str, body: Callable[[Engine], str]) -> None:
     except SweepStopped as exc:
         engine.cancel_all()
         sweep.set_state(state.STOPPED, str(exc))
-        fail(f"sweep {sweep.id} stopped: {exc}", EXIT_STOPPED)
+        raise JobkitError("sweep", f"sweep {sweep.id} stopped: {exc}", EXIT_STOPPED) from None
     except state.SweepError as exc:
         engine.cancel_all()
         sweep.set_state(state.STOPPED, str(exc))
-        fail(str(exc))
+        raise JobkitError("sweep", str(exc)) from None
     finally:
         restore_signals()
     sweep.write_summary(summary)
@@ -161,12 +158,11 @@ def _jsonable(params: dict) -> dict:
     return {k: list(v) if isinstance(v, tuple) else v for k, v in params.items()}
 
 
-def driver_command(group: click.Group, name: str):
-    """Register a driver on GROUP; resume finds it by NAME."""
+def driver_command(name: str):
+    """A driver's click command NAME with the options every driver shares (jobkit/sweep/cli.py lists it)."""
 
     def wrap(func):
-        command = group.command(name)(options(func))
-        return command
+        return click.command(name)(options(func))
 
     return wrap
 

@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING
 import click
 import yaml
 
-from jobkit.sweep import common
-from jobkit.sweep.jobs import REPO_ROOT
+from jobkit.core.errors import JobkitError
+from jobkit.core.paths import REPO_ROOT
 
 if TYPE_CHECKING:  # batch imports this module; the annotation alone needs Param
     from jobkit.sweep.batch import Param
@@ -94,8 +94,9 @@ def apply(path: Path, read_at_start: str, param: Param, value, extra: tuple[str,
     """Show the diff that sets PARAM to VALUE in PATH; write it when confirmed (or YES)."""
     current = path.read_text()
     if current != read_at_start:
-        common.fail(
-            f"{path} changed while the sweep ran; not writing it: set {param.name}: {param.text(value)} by hand"
+        raise JobkitError(
+            "sweep",
+            f"{path} changed while the sweep ran; not writing it: set {param.name}: {param.text(value)} by hand",
         )
     updated = with_key(current, param.name, value)
     if updated == current:

@@ -16,9 +16,8 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from jobkit import procfs
-
-REPO_ROOT = Path(__file__).resolve().parents[3]
+from jobkit.core import procfs
+from jobkit.core.paths import REPO_ROOT
 
 # Runner.state() answers one of these.
 PENDING, RUNNING, ENDED = "PENDING", "RUNNING", "ENDED"

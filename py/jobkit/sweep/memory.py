@@ -38,8 +38,8 @@ from pathlib import Path
 
 import yaml
 
-from jobkit import gpu
-from jobkit.config import load_yaml_keys, parse_overrides
+from jobkit.core.config import load_yaml_keys, parse_overrides
+from jobkit.launch import gpu
 
 GIB = 2**30
 ACTIVATION_BYTES = 12  # per token, per emb unit, per layer (the seed's rule of thumb)
@@ -64,7 +64,7 @@ MAXTEXT_DEFAULTS: dict = {
     "ici_fsdp_parallelism": -1,
 }
 
-# Device memory per JAX device in GiB, by jobkit.peaks model name (a GCD for MI250/MI250X).
+# Device memory per JAX device in GiB, by jobkit.launch.peaks model name (a GCD for MI250/MI250X).
 DEVICE_MEMORY_GIB: dict[str, float] = {
     "MI355X": 288,
     "MI350X": 288,

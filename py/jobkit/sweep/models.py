@@ -28,10 +28,11 @@ from pathlib import Path
 import click
 import yaml
 
+from jobkit.core.errors import JobkitError
+from jobkit.core.paths import REPO_ROOT
 from jobkit.sweep import common, state
-from jobkit.sweep.cli import group as sweep_group
 from jobkit.sweep.engine import Engine, SweepStopped
-from jobkit.sweep.jobs import REPO_ROOT, Outcome, Point
+from jobkit.sweep.jobs import Outcome, Point
 
 TABLE = Path("configs") / "sweeps" / "models.yml"  # relative to the repo
 REGRESSION, WATCH = -5.0, -2.0  # percent TGS change: flagged, worth a look
@@ -411,7 +412,7 @@ def stop_rule(engine: Engine, entries: list[Entry], sides: list[Side], summary):
     return check
 
 
-@common.driver_command(sweep_group, "models")
+@common.driver_command("models")
 @click.option("--commits", nargs=2, metavar="BASE CANDIDATE", help="Compare two commits (default: this checkout).")
 @click.option("-w", "--nodelist", "nodelist", help="Nodes the table's placement picks from, e.g. node[1-8].")
 @click.option("--table", "table_file", help=f"Model table (default {TABLE}).")
@@ -446,7 +447,7 @@ def command(commits, nodelist, table_file, only, steps, extra, **params):
         absent = absent_keys(repo, entries, sides)
         venv = shared_venv(repo, sides) if sides else None
     except state.SweepError as exc:
-        common.fail(str(exc))
+        raise JobkitError("sweep", str(exc)) from None
     args = job_args(tuple(extra), steps)
     for note in notes:
         click.echo(f"[sweep] {note}")

@@ -27,8 +27,8 @@ from dataclasses import dataclass, field
 
 import click
 
+from jobkit.core.errors import JobkitError
 from jobkit.sweep import common, nodes, state
-from jobkit.sweep.cli import group as sweep_group
 from jobkit.sweep.engine import CONFIG, Engine
 from jobkit.sweep.jobs import Outcome, Point
 
@@ -412,7 +412,7 @@ def report(search: Search, finding: Finding) -> str:
     return "\n".join(lines) + "\n"
 
 
-@common.driver_command(sweep_group, "network")
+@common.driver_command("network")
 @click.argument("model")
 @click.option("-w", "--nodelist", "nodelist", help="Nodes to test together, e.g. node[1-8] (required).")
 @click.option(
@@ -444,7 +444,7 @@ def command(model, nodelist, baseline, from_sweep, tolerance, steps, extra, **pa
             raise state.SweepError(f"-w {nodelist!r} is one node; a network sweep needs at least 2 (e.g. -w node[1-4])")
         expect = expectation(model, baseline, from_sweep)
     except state.SweepError as exc:
-        common.fail(str(exc))
+        raise JobkitError("sweep", str(exc)) from None
     args = common.with_steps(tuple(extra), steps)
 
     def body(engine: Engine) -> str:

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import click
 
+from jobkit.core.errors import JobkitError
 from jobkit.sweep import common
-from jobkit.sweep.cli import group
 from jobkit.sweep.jobs import Outcome, Point
 
 MARGINAL, DEGRADED = -2.0, -5.0  # percent vs the reference
@@ -65,7 +65,7 @@ def report(model: str, nodes: tuple[str, ...], outcomes: list[Outcome]) -> str:
     return "\n".join(lines) + "\n"
 
 
-@common.driver_command(group, "nodes")
+@common.driver_command("nodes")
 @click.argument("model")
 @click.option("-w", "--nodelist", "nodelist", required=True, help="Nodes to test, e.g. node[1-4].")
 @click.option("--steps", type=click.IntRange(1), default=15, show_default=True, help="Steps per job (steady 5-14).")
@@ -79,6 +79,6 @@ def command(model, nodelist, steps, extra, **params):
         model = common.resolve_model(model)
         nodes = common.parse_nodes(nodelist)
     except common.state.SweepError as exc:
-        common.fail(str(exc))
+        raise JobkitError("sweep", str(exc)) from None
     todo = points(model, nodes, common.with_steps(tuple(extra), steps))
     common.execute("nodes", model, lambda engine: report(model, nodes, engine.run(todo)))

@@ -14,12 +14,12 @@ plan.json is replaced by rename (atomic), so a reader never sees half of it.
 from __future__ import annotations
 
 import json
-import os
 import re
 import time
 from pathlib import Path
 
-from jobkit.sweep.jobs import REPO_ROOT, Outcome
+from jobkit.core import paths
+from jobkit.sweep.jobs import Outcome
 
 RUNNING, INTERRUPTED, STOPPED, FINISHED = "running", "interrupted", "stopped", "finished"
 _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
@@ -31,7 +31,7 @@ class SweepError(Exception):
 
 def workspace() -> Path:
     """JOB_WORKSPACE as the launch scripts resolve it (default <repo>/outputs)."""
-    return Path(os.environ.get("JOB_WORKSPACE") or REPO_ROOT / "outputs").resolve()
+    return paths.workspace().resolve()
 
 
 def sweeps_dir() -> Path:

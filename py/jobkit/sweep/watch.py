@@ -5,7 +5,7 @@ warnings in a loop is not making progress. The phase a job was in when it stalle
 means (the seeds' rule): before the model is initialised it is usually a transient collective/network
 setup problem (retry once); after initialisation and before step 0 it is XLA compiling into a silent
 out-of-memory (do not retry, treat as OOM); after a step it is a mid-training collective failure (retry
-once). The TGS / MFU numbers come from jobkit.tgs, the code that prints every job's end-of-run verdict.
+once). The TGS / MFU numbers come from jobkit.core.tgs, the code that prints every job's end-of-run verdict.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from jobkit import failures, logparse, tgs
-from jobkit.nodelist import expand_nodelist
+from jobkit.core import failures, logparse, tgs
+from jobkit.core.nodelist import expand_nodelist
 
 STARTUP, COMPILE, TRAINING = "startup", "compile", "training"
 # MaxText prints this once the parameters exist; the first step follows after XLA compiles the train step.

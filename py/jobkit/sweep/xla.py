@@ -27,8 +27,8 @@ from pathlib import Path
 
 import click
 
+from jobkit.core.errors import JobkitError
 from jobkit.sweep import common, state
-from jobkit.sweep.cli import group
 from jobkit.sweep.engine import SweepStopped
 from jobkit.sweep.jobs import Outcome
 from jobkit.sweep.xla_catalog import (
@@ -79,7 +79,7 @@ def run_waves(engine, plan: Plan, profiles: list[Profile], wave_size: int) -> tu
 
 
 # --- the command ---
-@common.driver_command(group, "xla")
+@common.driver_command("xla")
 @click.argument("model")
 @click.option("-N", "--nodes", "num_nodes", type=click.IntRange(1), default=1, show_default=True, help="Nodes per job.")
 @click.option("-w", "--nodelist", "nodelist", help="Exactly -N nodes every job runs on, e.g. node[1-2].")
@@ -116,7 +116,7 @@ def command(
         profiles = select(load_catalog(copy or catalog_path), profile_names, parallelism, str(catalog_path))
         check_extra(tuple(extra), profiles)
     except state.SweepError as exc:
-        common.fail(str(exc))
+        raise JobkitError("sweep", str(exc)) from None
     args = common.with_steps((*extra, "dataset_type=synthetic"), steps)
 
     def body(engine) -> str:

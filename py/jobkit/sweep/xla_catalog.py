@@ -16,7 +16,7 @@ from pathlib import Path
 
 import yaml
 
-from jobkit import config as maxtext_config
+from jobkit.core import config as maxtext_config
 from jobkit.sweep import state
 from jobkit.sweep.jobs import Point
 

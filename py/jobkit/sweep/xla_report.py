@@ -23,9 +23,10 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from jobkit import config as maxtext_config
+from jobkit.core import config as maxtext_config
+from jobkit.core.paths import REPO_ROOT
 from jobkit.sweep import common
-from jobkit.sweep.jobs import REPO_ROOT, Outcome
+from jobkit.sweep.jobs import Outcome
 from jobkit.sweep.xla_catalog import DEPLOYED, NO_ENV, Plan, Profile, profile_name
 
 BAND_FLOOR = 0.5  # percent: below this, pinned-node noise cannot be told from a flag's effect

@@ -1,0 +1,19 @@
+"""core: what every other subpackage stands on. Runs anywhere (training node, login node, container host).
+
+  logparse    a job log: KEY=VALUE header, MaxText step lines, JOB SUMMARY footer
+  tgs         throughput (tokens/s/device) over step windows, the end-of-run line
+  verdict     a finished run's PASS / STOPPED / FAIL (<class>) word
+  failures    why a failed run failed: an ordered table of log patterns -> reason, and the node to blame
+  config      a run's MaxText settings: key=value args, the yml, which yml a job used
+  nodelist    Slurm hostlists (`node[1-3,7]`) expanded in rank order
+  procfs      processes from /proc, stopped by PID (the twin of utils/lib/process.sh)
+  slurm       the one module that asks Slurm (squeue, sacct) about jobs
+  tunnel      the ssh line that reaches a loopback dashboard from a laptop
+  paths       where the checkout and the workspace are (the only `__file__` climb in the package)
+  errors      every exit code, and JobkitError: one line and a code at the CLI's edge
+  clitypes    click parameter types shared by several commands
+  lazy_group  a click group over a "module:attr" table, imported on use (jobkit's and jobkit sweep's)
+  commands    `jobkit tgs` (click only)
+
+May import: the standard library, click and pyyaml, and other core modules. Nothing else of jobkit.
+"""

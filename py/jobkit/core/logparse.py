@@ -1,0 +1,167 @@
+"""Read a job log: KEY=VALUE header, MaxText step lines, JOB SUMMARY footer.
+
+Step lines may carry an `srun -l` task prefix (`0: `, ` 1: `) and may or may
+not carry the `MFU: X%` field that jobkit.launch inserts.
+"""
+
+import os
+import re
+import shlex
+from dataclasses import dataclass, field
+
+HEADER_SCAN_LINES = 50  # header sits at the top; stop looking after this
+_HEADER = re.compile(r"^(?P<key>[A-Z][A-Z0-9_]*)=(?P<value>.*)$")
+_PREFIX = re.compile(r"^\s*(?P<node>\d+): ")
+_STEP = re.compile(r"completed step: (?P<step>\d+),")
+NUMBER = r"(-?(?:[0-9]+(?:\.[0-9]*)?(?:[eE][-+]?[0-9]+)?|nan|inf))"
+STEP_FIELDS = {  # a step line's fields (shared with jobkit.observe.log_steps)
+    "seconds": re.compile(rf"\bseconds: {NUMBER}"),
+    "tflops": re.compile(rf"TFLOP/s/device: {NUMBER}"),
+    "mfu": re.compile(rf"\bMFU: {NUMBER}%"),
+    "tgs": re.compile(rf"Tokens/s/device: {NUMBER}"),
+    # `, loss:` and not `lm_loss:` / `mtp_loss:`
+    "loss": re.compile(rf"(?:^|[\s,])loss: {NUMBER}"),
+}
+_CONFIG_PARAM = re.compile(r"Config param (?P<key>[A-Za-z0-9_]+): (?P<value>.*)$")
+_STATUS = re.compile(r"Status:\s*(?P<status>SUCCESS|FAILED|CANCELLED|HANG|STOPPED)\s*\(exit (?P<rc>-?\d+)\)")
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+@dataclass(frozen=True)
+class StepEntry:
+    """One `completed step` line (one node's view of one step)."""
+
+    step: int
+    node: int | None
+    seconds: float | None
+    tflops: float | None
+    mfu: float | None
+    tgs: float | None
+    loss: float | None
+
+
+@dataclass
+class JobLog:
+    path: str
+    header: dict[str, str] = field(default_factory=dict)
+    entries: list[StepEntry] = field(default_factory=list)
+    config_params: dict[str, str] = field(default_factory=dict)
+    footer_status: str | None = None
+    footer_exit: int | None = None
+
+    @property
+    def nnodes_header(self) -> tuple[str, str] | None:
+        """(key, raw value) of the node-count header line: NNODES, else the legacy SLURM_JOB_NUM_NODES."""
+        for key in ("NNODES", "SLURM_JOB_NUM_NODES"):
+            if self.header.get(key):
+                return key, self.header[key]
+        return ("NNODES", "") if "NNODES" in self.header else None
+
+    @property
+    def nnodes(self) -> int | None:
+        found = self.nnodes_header
+        try:
+            return int(found[1]) if found else None
+        except ValueError:
+            return None
+
+    def passthrough_args(self) -> list[str]:
+        raw = self.header.get("PASSTHROUGH_ARGS", "")
+        try:
+            return shlex.split(raw)
+        except ValueError:
+            return raw.split()
+
+
+def parse_header_line(line: str) -> tuple[str, str] | None:
+    """`KEY=VALUE` (value may be shell-quoted) -> (key, value); else None."""
+    m = _HEADER.match(line.rstrip("\r\n"))
+    if not m:
+        return None
+    value = m.group("value").strip()
+    if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'":
+        value = value[1:-1]
+    return m.group("key"), value
+
+
+def parse_step_line(line: str) -> StepEntry | None:
+    """A StepEntry for a MaxText `completed step:` line, else None."""
+    m = _STEP.search(line)
+    if not m:
+        return None
+    prefix = _PREFIX.match(line)
+    rest = line[m.end() :]
+    values = {}
+    for name, pat in STEP_FIELDS.items():
+        found = pat.search(rest)
+        values[name] = float(found.group(1)) if found else None
+    return StepEntry(int(m.group("step")), int(prefix.group("node")) if prefix else None, **values)
+
+
+def parse_text(text: str, path: str = "<text>") -> JobLog:
+    """Parse a whole log held in memory."""
+    return parse_lines(text.splitlines(), path)
+
+
+def parse_lines(lines, path: str = "<lines>") -> JobLog:
+    log = JobLog(path)
+    for number, line in enumerate(lines):
+        if number < HEADER_SCAN_LINES:
+            kv = parse_header_line(line)
+            if kv and kv[0] not in log.header:
+                log.header[kv[0]] = kv[1]
+                continue
+        if "completed step:" in line:
+            entry = parse_step_line(line)
+            if entry:
+                log.entries.append(entry)
+            continue
+        if "Config param " in line:
+            m = _CONFIG_PARAM.search(line)
+            if m:
+                log.config_params[m.group("key")] = m.group("value").strip()
+            continue
+        if "Status:" in line:
+            m = _STATUS.search(_ANSI.sub("", line))
+            if m:
+                log.footer_status, log.footer_exit = m.group("status"), int(m.group("rc"))
+    return log
+
+
+class LogError(Exception):
+    """A path that cannot be read as a job log; the message is one line that says what to pass instead."""
+
+
+def load(path: str) -> JobLog:
+    """parse_file, with a LogError for a missing path, a directory or an unreadable file."""
+    if os.path.isdir(path):
+        raise LogError(f"{path} is a directory, not a log file; {_log_in_dir_hint(path)}")
+    if not os.path.exists(path):
+        raise LogError(f"no such log file: {path}")
+    if not os.path.isfile(path):
+        raise LogError(f"{path} is not a regular file; pass a job log, <JOB_WORKSPACE>/<JOB_ID>-<JOB_NAME>.log")
+    try:
+        return parse_file(path)
+    except OSError as exc:
+        raise LogError(f"cannot read {path}: {exc.strerror or exc}") from exc
+
+
+def _log_in_dir_hint(path: str) -> str:
+    # A job dir links its log as `log`; a workspace holds the logs themselves.
+    job_log = os.path.join(path, "log")
+    if os.path.isfile(job_log):
+        return f"for this job dir pass its log: {job_log}"
+    try:
+        logs = [e for e in os.scandir(path) if e.name.endswith(".log") and e.is_file()]
+    except OSError:
+        logs = []
+    if logs:
+        newest = max(logs, key=lambda e: e.stat().st_mtime)
+        return f"pass one of its .log files, e.g. the newest: {newest.path}"
+    return "pass a job log, <JOB_WORKSPACE>/<JOB_ID>-<JOB_NAME>.log (or a job dir's log link)"
+
+
+def parse_file(path: str) -> JobLog:
+    """Parse a log file (streamed; undecodable bytes are replaced)."""
+    with open(path, encoding="utf-8", errors="replace") as fh:
+        return parse_lines(fh, path)

@@ -1,0 +1,50 @@
+"""`jobkit launch` (the training entry, hand-parsed) and `jobkit mfu` (the detected accelerator's peak): click only."""
+
+import os
+import sys
+
+import click
+
+from jobkit.launch import gpu
+from jobkit.launch.mfu import ENV_PEAK
+from jobkit.launch.peaks import PEAK_TFLOPS, format_row
+
+
+@click.command(
+    "launch",
+    add_help_option=False,
+    context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False},
+)
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+def launch_command(args):
+    """Run MaxText training: launch <config.yml> [key=value ...] (arguments reach MaxText untouched)."""
+    # Imported here: the training entry wraps stdout for MFU, which no other command wants.
+    from jobkit.launch import entry
+
+    if not args or args[0] in ("-h", "--help"):
+        click.echo(entry.USAGE.replace("python -m jobkit.launch", "jobkit launch"))
+        click.echo(entry.__doc__.split("\n\n", 1)[1].rstrip())
+        sys.exit(0 if args else entry.EXIT_SETUP)
+    entry.finish(entry.main(list(args)))
+
+
+@click.command("mfu")
+@click.option("--list", "show_all", is_flag=True, help="Print the whole peak table.")
+def mfu_command(show_all):
+    """Detected accelerator and its peak row, or the known-accelerator table."""
+    override = os.environ.get(ENV_PEAK, "").strip()
+    if override and override.lower() not in ("0", "auto"):
+        click.echo(f"override: {ENV_PEAK}={override} (used instead of the table)")
+    found = gpu.detect()
+    if found and found.model:
+        click.echo(f"detected: {found.raw} (via {found.tool}) -> {found.model}")
+        click.echo(format_row(found.model) + "   dense TFLOP/s per device")
+        if not show_all:
+            return
+    elif found:
+        click.echo(f"unknown accelerator: {found.raw} (via {found.tool}); set {ENV_PEAK}=<dense peak per device>")
+    else:
+        click.echo(f"no known accelerator detected (rocminfo, amd-smi, nvidia-smi); set {ENV_PEAK} to report MFU")
+    click.echo("known accelerators (dense TFLOP/s per device):")
+    for model in PEAK_TFLOPS:
+        click.echo("  " + format_row(model))

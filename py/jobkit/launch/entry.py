@@ -1,0 +1,159 @@
+"""Training entry: `jobkit launch <config.yml> [key=value ...]` (or `python -m jobkit.launch ...`).
+
+Its arguments are parsed by hand, not by click: everything after the config goes to MaxText untouched, and
+MaxText's own keys may look like options to a parser.
+
+Steps: decide MFU and say so in one line; wrap stdout/stderr for MFU; import
+MaxText's train module (PyPI `maxtext` or a source tree's `MaxText`); run its
+`main` through absl like MaxText's own `__main__` does; then leave with
+os._exit so atexit handlers (JAX distributed shutdown and friends, seen to
+hang for minutes) cannot keep a finished job alive. MAXTEXT_FAST_EXIT=0 opts out.
+"""
+
+import importlib
+import importlib.util
+import logging
+import os
+import sys
+import traceback
+from collections.abc import Sequence
+
+from jobkit.launch import mfu, mfu_stream
+
+# Newest layout first: PyPI maxtext >= 0.2, then source-tree images.
+TRAIN_MODULES = ("maxtext.trainers.pre_train.train", "MaxText.train")
+USAGE = "usage: jobkit launch <config.yml> [key=value ...]"
+EXIT_SETUP = 2
+
+
+class LaunchError(Exception):
+    """A problem found before training starts (exit 2, one line)."""
+
+
+def _spec_exists(name: str) -> bool:
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):  # a missing parent package raises here
+        return False
+
+
+def find_train_module(candidates: Sequence[str] | None = None):
+    """Import the first train module that exists; LaunchError if none does."""
+    candidates = TRAIN_MODULES if candidates is None else candidates
+    for name in candidates:
+        if not _spec_exists(name):
+            continue
+        try:
+            module = importlib.import_module(name)
+        except Exception as exc:  # present but broken: say which and why
+            raise LaunchError(f"{name} exists but failed to import: {type(exc).__name__}: {exc}") from exc
+        if not callable(getattr(module, "main", None)):
+            raise LaunchError(f"{name} has no main(argv)")
+        return module
+    raise LaunchError(
+        f"no MaxText train module found (tried {', '.join(candidates)}); install maxtext or use its image"
+    )
+
+
+def exit_code(code: object) -> int:
+    """Map a SystemExit code the way the interpreter does: None -> 0, int -> int, else 1."""
+    if code is None:
+        return 0
+    if isinstance(code, bool):
+        return int(code)
+    if isinstance(code, int):
+        return code
+    print(code, file=sys.stderr)  # sys.exit("message") prints the message
+    return 1
+
+
+def run_train(module, config: str, overrides: Sequence[str]) -> int:
+    """Run module.main via absl.app.run and return a process exit code."""
+    argv = [getattr(module, "__file__", None) or module.__name__, config, *overrides]
+    try:
+        # absl.app.run parses absl flags from argv (leaving config and
+        # key=value as positionals for main) and sets up absl logging, as
+        # MaxText's own `if __name__ == "__main__": app.run(main)` does.
+        from absl import app
+
+        app.run(module.main, argv=argv)
+        return 0
+    except SystemExit as exc:  # app.run always ends in sys.exit
+        return exit_code(exc.code)
+    except KeyboardInterrupt:
+        traceback.print_exc()
+        return 130
+    except BaseException:
+        traceback.print_exc()
+        return 1
+
+
+def fast_exit_enabled(env=None) -> bool:
+    value = (os.environ if env is None else env).get("MAXTEXT_FAST_EXIT", "1").strip().lower()
+    return value not in ("0", "false", "no", "off")
+
+
+def _flush_everything() -> None:
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            if isinstance(stream, mfu_stream.MfuStream):
+                stream.drain()
+            else:
+                stream.flush()
+        except (OSError, ValueError, AttributeError):
+            pass
+    for handler in logging.getLogger().handlers:
+        try:
+            handler.flush()
+        except (OSError, ValueError):
+            pass
+    for stream in (sys.__stdout__, sys.__stderr__):
+        try:
+            stream.flush()
+        except (OSError, ValueError, AttributeError):
+            pass
+
+
+def finish(rc: int):
+    """Leave with `rc`: os._exit unless MAXTEXT_FAST_EXIT opts out."""
+    _flush_everything()
+    if fast_exit_enabled():
+        os._exit(rc if 0 <= rc <= 255 else 1)
+    sys.exit(rc)
+
+
+def _point_absl_at(stream) -> None:
+    # absl's handler keeps the stream it was created with; if absl was
+    # imported before the wrapper went in, point it at the wrapper.
+    absl_logging = sys.modules.get("absl.logging")
+    if absl_logging is None:
+        return
+    handler = absl_logging.get_absl_handler().python_handler
+    if isinstance(stream, mfu_stream.MfuStream) and handler.stream is stream.wrapped:
+        handler.stream = stream
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run a training; returns the exit code (finish() does the exiting)."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args or args[0] in ("-h", "--help"):
+        print(USAGE, file=sys.stderr)
+        return EXIT_SETUP
+    config, overrides = args[0], args[1:]
+
+    setup = mfu.decide(overrides, config)
+    print(setup.banner(), flush=True)
+    if setup.peak is not None:
+        mfu_stream.install(setup.peak)
+
+    try:
+        module = find_train_module()
+    except LaunchError as exc:
+        print(f"jobkit.launch: {exc}", file=sys.stderr)
+        return EXIT_SETUP
+    _point_absl_at(sys.stderr)
+    return run_train(module, config, overrides)
+
+
+if __name__ == "__main__":
+    finish(main())

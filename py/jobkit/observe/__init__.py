@@ -1,0 +1,21 @@
+"""observe: RAY=1 observability. The daemons run on training nodes beside training; the TSDB tools and the
+backfill run wherever the job's files are (a login node after the job).
+
+  exporter      the node metrics exporter engine (`jobkit exporter`, run by utils/metrics_exporter.sh)
+  tb_events     reading TensorBoard event files: records, scalars, metric names
+  tb_serve      the live bridge daemon: newest scalars as an exposition file (`jobkit tb-bridge serve`)
+  tb_backfill   every step into the TSDB after the job (`jobkit tb-bridge backfill`)
+  tb_bridge     the `jobkit tb-bridge` group (click only)
+  log_steps     steps the job log has that the event files lack, as backfill series
+  promserver    a throwaway Prometheus on a TSDB: 127.0.0.1, waited for, stopped by PID
+  tsdb          `jobkit tsdb view`: a finished job's TSDB, browsed
+  tsdb_wal      the WAL check that runs before Prometheus may repair a WAL
+  ray_driver    `jobkit ray-launch`: the driver side (one actor per node, follow, stop)
+  ray_actor     the per-node actor that runs the command as a plain subprocess
+  ray_watchdog  KILLs the command's process group if its actor dies (run by file path: stdlib only, stays
+                beside ray_actor)
+  ray_start     `jobkit ray-start`: `ray start` without the CLI groups it never needs
+
+May import: core, launch. Ray, TensorBoard and prometheus_client's heavier parts are imported inside the
+functions that use them, so `jobkit tsdb` never pays for Ray.
+"""

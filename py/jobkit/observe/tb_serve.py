@@ -1,0 +1,232 @@
+"""The live half of the TensorBoard bridge: a daemon that keeps an exposition file of the newest scalars.
+
+Run as ``jobkit tb-bridge serve`` by utils/plugins/tb_metrics_plugin.sh, one per job and host.
+
+It finds the newest ``events.out.tfevents.*`` under LOGDIR (recursively; ``*.profile-empty`` files and files
+whose name-embedded creation time is before --since are ignored). While there is none it looks again every 2 s
+in the usual places (``LOGDIR/*/tensorboard/**``, where MaxText writes: ``<base_output_directory>/<run_name>/
+tensorboard/<run_name>/``) and walks the whole tree every 30 s (every 10 s / 120 s after 5 minutes). Once found,
+the file is read incrementally (see jobkit.observe.tb_events): each poll costs one stat() of the file, and reads only the
+bytes written since the last poll, in one read. A record whose length CRC is wrong ends the reading of that file
+(logged once); record CRCs are left to the backfill. Once a minute the usual places are looked at again: a newer
+event file (training restarted within the job) replaces the current one.
+
+After each poll that found new scalars, OUT is replaced atomically (written to OUT.tmp.<pid>, renamed: a
+rename is atomic, so the plugin never reads half a file) with prometheus_client's text format: per tag the
+newest value with its event's timestamp, ``tb_step``, and ``tb_metrics_plugin_staleness_fill 0`` (no timestamp;
+this bridge never repeats old values, the series exists for dashboards written against the reference). Every
+sample has ``host="H"``. The daemon writes its pid to OUT.pid, starts its own session (a plugin timeout kills
+the plugin's process group, not the daemon), and exits - removing OUT and OUT.pid - on SIGTERM/SIGINT/SIGHUP
+or when --parent-pid exits (watched with a pidfd: no cost per poll). Logs: stderr.
+"""
+
+import os
+import select
+import signal
+import sys
+import time
+
+from jobkit.observe.tb_events import (
+    EVENT_PREFIX,
+    FILL_METRIC,
+    STEP_METRIC,
+    CorruptRecord,
+    EventsError,
+    FileReplaced,
+    Fold,
+    ScalarReader,
+    file_order,
+    find_event_files,
+)
+
+STEP_HELP = "Training step of the newest TensorBoard scalars (sample time: the step's first scalar event)"
+FILL_HELP = "Always 0: the bridge exports real TensorBoard values only, never repeated fills"
+
+
+def scalar_help(tag):
+    return f"TensorBoard scalar {tag} (sample time: the event's wall time)"
+
+
+class _TextTimestamp(float):
+    """A sample time prometheus_client's text format prints as exactly MS: it writes int(float(t) * 1000), and
+    ms / 1000 * 1000 can land just below ms; half a millisecond more truncates to ms for any epoch time."""
+
+    def __new__(cls, ms):
+        return super().__new__(cls, (ms + 0.5) / 1000)
+
+
+class Latest:
+    """Newest sample per metric, for the live exposition."""
+
+    def __init__(self, log=None):
+        self.fold = Fold(log)
+        self.values = {}  # name -> (tag, ms, value); insertion order = first seen
+        self._host = ""  # the host label of the render in progress (collect() is called back by the library)
+
+    def add(self, scalars):
+        n = 0
+        for name, tag, ms, value in self.fold.samples(scalars):
+            self.values[name] = (tag, ms, value)
+            n += 1
+        return n
+
+    def collect(self):
+        """prometheus_client's collector protocol: tb_step, the fill gauge, then every tag first seen first."""
+        from prometheus_client.core import GaugeMetricFamily
+
+        step = self.values.get(STEP_METRIC)
+        if step:
+            family = GaugeMetricFamily(STEP_METRIC, STEP_HELP, labels=["host"])
+            family.add_metric([self._host], step[2], timestamp=_TextTimestamp(step[1]))
+            yield family
+        family = GaugeMetricFamily(FILL_METRIC, FILL_HELP, labels=["host"])
+        family.add_metric([self._host], 0)
+        yield family
+        for name, (tag, ms, value) in self.values.items():
+            if name != STEP_METRIC:
+                family = GaugeMetricFamily(name, scalar_help(tag), labels=["host"])
+                family.add_metric([self._host], value, timestamp=_TextTimestamp(ms))
+                yield family
+
+    def render(self, host):
+        """The exposition text ("" before the first scalar)."""
+        if not self.values:
+            return ""
+        from prometheus_client import generate_latest
+
+        self._host = host
+        return generate_latest(self).decode()
+
+
+def write_atomic(path, text):
+    tmp = f"{path}.tmp.{os.getpid()}"
+    with open(tmp, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+def _remove(*paths):
+    for p in paths:
+        try:
+            os.unlink(p)
+        except FileNotFoundError:
+            pass
+
+
+class _ParentWatch:
+    """Is PID still there? With a pidfd its exit wakes the poll loop; else kill(pid, 0) per poll."""
+
+    def __init__(self, pid):
+        self.pid, self.fd = pid, None
+        if pid and hasattr(os, "pidfd_open"):
+            try:
+                self.fd = os.pidfd_open(pid)
+            except ProcessLookupError:
+                self.fd = -1  # already gone
+            except OSError:
+                self.fd = None
+
+    def gone(self, readable=()):
+        if not self.pid:
+            return False
+        if self.fd == -1 or (self.fd is not None and self.fd in readable):
+            return True
+        if self.fd is None:
+            try:
+                os.kill(self.pid, 0)
+            except ProcessLookupError:
+                return True
+            except PermissionError:
+                pass
+        return False
+
+
+def serve(logdir, host, out, interval=1.0, parent_pid=0, since=0):
+    """Runs the daemon until a signal or the parent's exit; returns 0."""
+    prefix = f"[tb_bridge {host}] "
+
+    def log(msg):
+        sys.stderr.write(time.strftime("%Y-%m-%d %H:%M:%S ") + prefix + msg + "\n")
+        sys.stderr.flush()
+
+    try:
+        os.setsid()  # out of the plugin's process group: the exporter kills that group on a timeout
+    except OSError:
+        pass
+    out_dir = os.path.dirname(os.path.abspath(out))
+    if not os.path.isdir(out_dir):
+        raise EventsError(f"directory of --out {out} does not exist")
+    pidfile = out + ".pid"
+    watch = _ParentWatch(parent_pid)
+    if watch.gone():
+        log(f"parent pid {parent_pid} is gone: not starting")
+        return 0
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_r, False)
+    os.set_blocking(wake_w, False)
+    stopping = []
+
+    def on_signal(signum, _frame):
+        stopping.append(signum)
+
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, on_signal)
+    signal.set_wakeup_fd(wake_w)
+    write_atomic(pidfile, f"{os.getpid()}\n")
+    log(
+        f"pid {os.getpid()}: looking for {EVENT_PREFIX}* under {logdir}"
+        f"{f' created since {since}' if since else ''}, writing {out} every {interval:g}s"
+        f"{f', until pid {parent_pid} exits' if parent_pid else ''}"
+    )
+    waits = [wake_r] + ([watch.fd] if watch.fd is not None and watch.fd >= 0 else [])
+    reader, latest = None, Latest(log)
+    started = time.monotonic()
+    next_quick = next_full = started
+    reason = "stopped"
+    try:
+        while not stopping:
+            now = time.monotonic()
+            if now >= next_quick:
+                if reader is None:
+                    full = now >= next_full
+                    files = find_event_files(logdir, since, quick=not full)
+                    late = now - started > 300
+                    next_quick = now + (10 if late else 2)
+                    if full:
+                        next_full = now + (120 if late else 30)
+                else:  # a newer file (training restarted within the job)? A cheap look once a minute.
+                    files = find_event_files(logdir, since, quick=True)
+                    next_quick = now + 60
+                    if files and (files[-1] == reader.path or file_order(files[-1]) < file_order(reader.path)):
+                        files = []
+                if files:
+                    # The data CRCs are left to the final backfill: the live gauge only needs the framing.
+                    reader, latest = ScalarReader(files[-1], check_data=False), Latest(log)
+                    log(f"reading {files[-1]}")
+            if reader is not None:
+                try:
+                    scalars = reader.poll()
+                except CorruptRecord as e:
+                    log(f"{e}: no more steps from this file until a newer one appears")
+                    scalars = []
+                except (OSError, FileReplaced) as e:
+                    log(f"lost {reader.path} ({e.__class__.__name__}): looking for an event file again")
+                    reader, next_quick, next_full = None, now + interval, now + interval
+                    scalars = []
+                if scalars and latest.add(scalars):
+                    write_atomic(out, latest.render(host))
+            readable, _, _ = select.select(waits, [], [], interval)
+            if wake_r in readable:
+                try:
+                    os.read(wake_r, 512)
+                except BlockingIOError:
+                    pass
+            if watch.gone(readable):
+                reason = f"parent pid {parent_pid} exited"
+                break
+        if stopping:
+            reason = f"signal {signal.Signals(stopping[0]).name}"
+    finally:
+        _remove(out, pidfile, f"{out}.tmp.{os.getpid()}")
+    log(f"exiting ({reason})")
+    return 0

@@ -1,0 +1,367 @@
+"""`jobkit hang-watchdog`: notice that training stopped making progress, capture every node's stacks, act.
+
+One watchdog runs beside training on every node (started by _train.sh, natively or in the container). It
+follows the job log (every rank's `completed step` lines land there, prefixed `N: ` under srun -l) and
+watches its own rank's step number. Progress is a new step, never the log's size or mtime: a job printing
+warnings in a loop is not making progress.
+
+The limit adapts (Settings): before the first step it is the compile allowance, HANG_COMPILE_TIMEOUT
+(loading, compiling and the first step of a big model take long); after it, HANG_STEP_FACTOR times the
+median step time so far, never less than HANG_TIMEOUT. When it is exceeded:
+
+1. the first watchdog to notice writes <job dir>/hang/HANG (one line: phase, last step, seconds since) and
+   prints `== HANG detected (...) ==`; every watchdog polls for that file, so
+2. each node captures its own training process's stacks into <job dir>/hang/<host>.txt (py-spy with
+   native frames, else Python frames only: a stopped process cannot be paused again), then
+3. with HANG_ACTION=cancel (default) the first watchdog waits until every node's stacks are in (bounded),
+   and each watchdog stops its own node's training (TERM, CONT, KILL after a grace), so the allocation is
+   not wasted; the job then ends with status HANG. HANG_ACTION=report only records and keeps watching.
+
+HANG_TIMEOUT=off (or 0) turns the watchdog off. Bad settings are one-line errors before training starts
+(`jobkit hang-watchdog --check`).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import click
+
+from jobkit.core import procfs
+
+STARTUP, COMPILE, TRAINING = "startup", "compile", "training"
+# Written into the job dir by _job.sbatch when Slurm warns of the time limit: the watchdog TERMs training.
+TIME_LIMIT_MARKER = "time-limit-stop"
+INIT_MARKER = "After params initialized"  # MaxText prints it once the parameters exist; compiling follows
+STEP_RE = re.compile(r"completed step: (\d+), seconds: ([0-9.]+)")
+RANK_RE = re.compile(r"^\s*(\d+): ")
+MARKER_NAME = "HANG"
+STACK_WAIT = 60  # seconds the first watchdog waits for every node's stacks before it stops training
+STOP_GRACE = 10  # seconds between TERM and KILL
+EXIT_SETTINGS = 2
+
+
+class SettingsError(ValueError):
+    """A HANG_* variable that does not parse; the message names it and the fix."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    floor: float = 300.0  # HANG_TIMEOUT: least seconds without a step once training has started
+    compile_allowance: float = 3600.0  # HANG_COMPILE_TIMEOUT: seconds allowed before the first step
+    factor: float = 10.0  # HANG_STEP_FACTOR: allowed multiple of the median step time
+    action: str = "cancel"  # HANG_ACTION: cancel | report
+    enabled: bool = True
+
+    @classmethod
+    def from_env(cls, env: dict[str, str]) -> Settings:
+        def number(name: str, default: float, allow_off: bool = False) -> tuple[float, bool]:
+            raw = env.get(name, "").strip()
+            if not raw:
+                return default, True
+            if allow_off and raw.lower() in ("off", "0", "false", "no"):
+                return default, False
+            try:
+                value = float(raw)
+            except ValueError:
+                value = -1.0
+            if value <= 0:
+                hint = ", or off to turn the watchdog off" if allow_off else ""
+                raise SettingsError(f"{name}={raw} is not a positive number of seconds; e.g. {name}={default:g}{hint}")
+            return value, True
+
+        floor, enabled = number("HANG_TIMEOUT", cls.floor, allow_off=True)
+        allowance, _ = number("HANG_COMPILE_TIMEOUT", cls.compile_allowance)
+        factor, _ = number("HANG_STEP_FACTOR", cls.factor)
+        action = env.get("HANG_ACTION", "").strip().lower() or cls.action
+        if action not in ("cancel", "report"):
+            raise SettingsError(f"HANG_ACTION={env['HANG_ACTION']} is not cancel or report; e.g. HANG_ACTION=cancel")
+        return cls(floor, allowance, factor, action, enabled)
+
+
+@dataclass
+class Progress:
+    """One rank's progress as read from the job log."""
+
+    rank: str | None  # the `N: ` prefix srun -l gives this rank's lines; None when lines carry no prefix
+    changed_at: float  # monotonic time of the last new step (or of the start)
+    last_step: int | None = None
+    step_times: list[float] = field(default_factory=list)
+    initialised: bool = False
+
+    @property
+    def phase(self) -> str:
+        if self.last_step is not None:
+            return TRAINING
+        return COMPILE if self.initialised else STARTUP
+
+    def feed(self, line: str, now: float) -> None:
+        if self.rank is not None:
+            m = RANK_RE.match(line)
+            if m is None or m.group(1) != self.rank:
+                return
+        if INIT_MARKER in line:
+            self.initialised = True
+        m = STEP_RE.search(line)
+        if m:
+            step = int(m.group(1))
+            if self.last_step is None or step > self.last_step:
+                self.last_step = step
+                self.changed_at = now
+                # Steps 0-1 include compilation and first dispatch; they would inflate the median.
+                if step >= 2:
+                    self.step_times.append(float(m.group(2)))
+
+
+def limit(settings: Settings, progress: Progress) -> float:
+    """Seconds without a new step after which this rank counts as hung."""
+    if progress.last_step is None:
+        return settings.compile_allowance
+    if not progress.step_times:
+        return max(settings.floor, settings.compile_allowance / 4)  # steps 0-1 only: still warming up
+    return max(settings.floor, settings.factor * statistics.median(progress.step_times))
+
+
+class LogFollower:
+    """The lines appended to a file since the last call (a partial last line is kept for the next)."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.offset = 0
+        self.partial = ""
+
+    def new_lines(self) -> list[str]:
+        try:
+            with open(self.path, "rb") as fh:
+                fh.seek(self.offset)
+                data = fh.read()
+        except OSError:
+            return []
+        self.offset += len(data)
+        text = self.partial + data.decode("utf-8", errors="replace")
+        lines = text.split("\n")
+        self.partial = lines.pop()
+        return lines
+
+
+def find_training(job_id: str, node_rank: str) -> int | None:
+    """The training process of this job and node: `jobkit launch` with JOB_ID and NODE_RANK in its environment
+    (several nodes of one job share a machine on a test cluster, so the rank is part of the match)."""
+    found = []
+    for pid in procfs.pids():
+        if pid == os.getpid():
+            continue
+        argv = procfs.cmdline(pid)
+        if not any(a.endswith("jobkit") and b == "launch" for a, b in zip(argv, argv[1:], strict=False)):
+            continue
+        if "ray-launch" in argv:
+            continue  # RAY=1's driver on rank 0: its command line holds training's, but it is not training
+
+        env = procfs.environ(pid) or {}
+        if env.get("JOB_ID") == job_id and env.get("NODE_RANK") == node_rank:
+            found.append(pid)
+    return min(found) if found else None
+
+
+def capture_stacks(pid: int | None, out: Path, header: str) -> str:
+    """Writes PID's stacks to OUT; returns how they were taken. A live process is paused for native frames;
+    a stopped one cannot be paused again, so its Python frames are read without pausing it."""
+    lines = [header]
+    how = "no training process found"
+    if pid is not None:
+        state = ""
+        try:
+            state = next(
+                (ln.split(":", 1)[1].strip() for ln in open(f"/proc/{pid}/status") if ln.startswith("State:")), ""
+            )
+        except OSError:
+            pass
+        lines.append(f"pid {pid}, state {state or 'unknown'}")
+        ways = [("py-spy --native", ["--native"]), ("py-spy --nonblocking", ["--nonblocking"])]
+        if state.startswith("T"):
+            ways = ways[1:]  # stopped: py-spy cannot pause it again, so no native frames
+        for how, extra in ways:
+            try:
+                dump = subprocess.run(
+                    [pyspy(), "dump", "--pid", str(pid), *extra], capture_output=True, text=True, timeout=60
+                )
+            except (OSError, subprocess.TimeoutExpired) as exc:
+                lines.append(f"[{how}] failed: {exc}")
+                continue
+            if dump.returncode == 0 and "Thread " in dump.stdout:
+                lines += [f"[{how}]", dump.stdout.rstrip()]
+                break
+            said = (dump.stderr or dump.stdout).split("Stack backtrace:")[0].strip()
+            lines.append(f"[{how}] failed: {said[-400:]}")
+        else:
+            how = "py-spy failed"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_suffix(".tmp")
+    tmp.write_text("\n".join(lines) + "\n")
+    tmp.rename(out)  # a reader never sees half a file
+    return how
+
+
+def pyspy() -> str:
+    """The py-spy of this interpreter's environment, else the one on PATH."""
+    beside = Path(sys.executable).with_name("py-spy")
+    return str(beside) if beside.exists() else "py-spy"
+
+
+def stop_training(pid: int | None) -> None:
+    """CONT first (a stopped process cannot act on TERM), then procfs.stop: TERM, KILL after STOP_GRACE."""
+    if pid is None or not procfs.alive(pid):
+        return
+    try:
+        os.kill(pid, signal.SIGCONT)
+    except OSError:
+        return
+    procfs.stop([pid], STOP_GRACE)
+
+
+def say(message: str) -> None:
+    print(message, flush=True)
+
+
+@dataclass
+class Watchdog:
+    settings: Settings
+    log: Path
+    hang_dir: Path
+    job_id: str
+    node_rank: str
+    nnodes: int
+    host: str
+    interval: float = 2.0
+    declared: bool = False  # this watchdog wrote the marker
+    start_wait: float = 300.0  # seconds to wait for training to appear before giving up
+
+    def run(self, clock=time.monotonic) -> int:
+        """Watch until training ends (0), or this node's training was stopped for a hang (3)."""
+        follower = LogFollower(self.log)
+        started = clock()
+        progress = Progress(self.node_rank if self.nnodes > 1 else None, changed_at=started)
+        seen_training = False
+        marker = self.hang_dir / MARKER_NAME
+        time_limit = self.hang_dir.parent / TIME_LIMIT_MARKER
+        saving = False  # TERM sent for the time limit: training is saving a checkpoint, not hanging
+        pid: int | None = None
+        while True:
+            now = clock()
+            for line in follower.new_lines():
+                progress.feed(line, now)
+            # /proc is scanned only until training is found; after that one liveness check per look.
+            if pid is None or not procfs.alive(pid):
+                pid = find_training(self.job_id, self.node_rank)
+            if pid is None:
+                if seen_training or now - started > self.start_wait:
+                    return 0  # training ended (or never started): nothing to watch
+            else:
+                seen_training = True
+            if pid is not None and not saving and time_limit.exists():
+                # Only training gets the TERM (MaxText saves at its next step and stops): a TERM to the whole job
+                # step would also stop Ray and the exporters under training while it saves.
+                saving = True
+                os.kill(pid, signal.SIGTERM)
+                say(f"[hang] {self.host}: Slurm's time limit is near: TERM to training (pid {pid}) to save and stop")
+            stalled = now - progress.changed_at
+            if pid is not None and not saving and not marker.exists() and stalled > limit(self.settings, progress):
+                self.declare(progress, stalled)
+            if marker.exists() and pid is None and not seen_training and now - started <= self.start_wait:
+                # Another node declared a hang before this node's training showed up (a slow start): wait for
+                # it, or its stacks would say "no training process found" and it would run on unwatched.
+                time.sleep(self.interval)
+                continue
+            if marker.exists():
+                self.respond(pid, marker)
+                if self.settings.action == "cancel":
+                    stop_training(pid)
+                    return 3
+                return self.keep_reporting(follower, progress, clock)
+            time.sleep(self.interval)
+
+    def keep_reporting(self, follower: LogFollower, progress: Progress, clock) -> int:
+        """HANG_ACTION=report: training goes on; say so once if it makes progress again, until it ends."""
+        last = progress.last_step
+        while find_training(self.job_id, self.node_rank) is not None:
+            for line in follower.new_lines():
+                progress.feed(line, clock())
+            if progress.last_step != last:
+                say(f"[hang] {self.host}: training made progress again (step {progress.last_step})")
+                last = progress.last_step
+            time.sleep(self.interval)
+        return 0
+
+    def declare(self, progress: Progress, stalled: float) -> None:
+        """Write the marker (the first watchdog wins: O_EXCL) and the HANG line."""
+        last = "none" if progress.last_step is None else str(progress.last_step)
+        text = f"phase {progress.phase}, last step {last}, {stalled:.0f} s since"
+        self.hang_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            fd = os.open(self.hang_dir / MARKER_NAME, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        except FileExistsError:
+            return  # another node noticed first; its marker stands
+        with os.fdopen(fd, "w") as fh:
+            fh.write(f"{text}, noticed on {self.host} (rank {self.node_rank})\n")
+        self.declared = True
+        say(f"== HANG detected ({text}) ==")
+
+    def respond(self, pid: int | None, marker: Path) -> None:
+        """Capture this node's stacks. Before anything is stopped every node waits (bounded) for the others'
+        stacks: stopping one node's training ends the job step on every node (srun --kill-on-bad-exit)."""
+        header = f"HANG on {self.host} (rank {self.node_rank}): {marker.read_text().strip()}"
+        how = capture_stacks(pid, self.hang_dir / f"{self.host}.txt", header)
+        say(f"[hang] {self.host}: stacks of training (pid {pid}) in {self.hang_dir}/{self.host}.txt ({how})")
+        if self.settings.action != "cancel":
+            say(f"[hang] {self.host}: training left running (HANG_ACTION=report)")
+            return
+        deadline = time.monotonic() + STACK_WAIT
+        while time.monotonic() < deadline and len(list(self.hang_dir.glob("*.txt"))) < self.nnodes:
+            time.sleep(0.5)
+        have = len(list(self.hang_dir.glob("*.txt")))
+        if have < self.nnodes:
+            say(f"[hang] stacks from {have} of {self.nnodes} nodes after {STACK_WAIT} s; stopping anyway")
+        say(f"[hang] {self.host}: stopping training (HANG_ACTION=cancel)")
+
+
+@click.command("hang-watchdog")
+@click.option("--log", "log", type=click.Path(path_type=Path), help="The job log to follow.")
+@click.option("--job-dir", type=click.Path(path_type=Path), help="The job dir (hang/ is written there).")
+@click.option("--interval", type=float, default=2.0, show_default=True, help="Seconds between looks.")
+@click.option("--check", is_flag=True, help="Only check the HANG_* settings: one line and exit 2 when bad.")
+def command(log, job_dir, interval, check):
+    """Watch this node's training for a hang (settings: HANG_TIMEOUT, HANG_COMPILE_TIMEOUT, HANG_STEP_FACTOR,
+    HANG_ACTION; identity: JOB_ID, NODE_RANK, NNODES from the environment)."""
+    try:
+        settings = Settings.from_env(dict(os.environ))
+    except SettingsError as exc:
+        click.echo(f"jobkit hang-watchdog: {exc}", err=True)
+        sys.exit(EXIT_SETTINGS)
+    if check:
+        return
+    if not settings.enabled:
+        return
+    if log is None or job_dir is None:
+        raise click.UsageError("--log and --job-dir are required (or --check)")
+    env = os.environ
+    host = (env.get("HANG_HOST") or socket.gethostname()).split(".")[0]
+    dog = Watchdog(
+        settings,
+        log,
+        job_dir / "hang",
+        env.get("JOB_ID", ""),
+        env.get("NODE_RANK", "0"),
+        int(env.get("NNODES", "1") or 1),
+        host,
+        interval,
+    )
+    sys.exit(dog.run())

@@ -1,0 +1,185 @@
+"""`jobkit jobs` and `jobkit tail`: the workspace's jobs as a table, and one job's log followed.
+
+A job is its log, `<workspace>/<JOB_ID>-<JOB_NAME>.log`, written by run_local.sh and submit.sh alike; what the
+table shows comes from that log alone (header, step lines, JOB SUMMARY), so it works on a login node with no
+scheduler access and for jobs of any age. A job is named on the command line by `latest`, its id, a unique part
+of its file name, or its log / job dir path (resolve).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import click
+
+from jobkit.core import failures, logparse, tgs
+from jobkit.core.paths import workspace
+
+_WALL = re.compile(r"^\s*Wall:\s*(?P<wall>.+?)\s*$", re.M)
+_JOB_LOG = re.compile(r"^(?P<id>(?:local_\d{8}_\d{6}_[0-9a-f]{4}|\d+(?:_\d+)?))-(?P<name>.+)\.log$")
+# Public for jobkit tag and jobkit artifacts, which name jobs the same way (a tagged `<stem>-tgs5042.log` matches).
+JOB_LOG = _JOB_LOG
+
+
+class JobsError(Exception):
+    """One line that says what was wrong and what to pass instead."""
+
+
+@dataclass
+class Job:
+    job_id: str
+    name: str
+    model: str
+    nodes: str
+    status: str
+    wall: str
+    tgs: float | None
+    log: str
+    modified: float
+    attempt: int = 1  # this job's attempt (ATTEMPT in its header; 2 = the first requeue)
+    attempts: int = 1  # how many it may have: 1 + MAX_RETRIES
+    retry_of: str = ""  # the attempt before it (RETRY_OF)
+
+    @property
+    def tries(self) -> str:
+        """`2/3` for attempt 2 of at most 3; `-` for a job that was never to be requeued."""
+        return f"{self.attempt}/{self.attempts}" if self.attempts > 1 or self.attempt > 1 else "-"
+
+
+_LOCAL_ID = re.compile(r"^local_(\d{8}_\d{6})_")  # run_local.sh's ids: local_<YYYYmmdd_HHMMSS>_<hex>
+
+
+def local_start(job_id: str) -> float | None:
+    """When a local job started, from its id (run_local.sh stamps it there); None for a Slurm id."""
+    m = _LOCAL_ID.match(job_id + "_")
+    if not m:
+        return None
+    try:
+        return time.mktime(time.strptime(m.group(1), "%Y%m%d_%H%M%S"))
+    except ValueError:
+        return None
+
+
+def job_logs(ws: Path) -> list[Path]:
+    """The workspace's job logs, oldest first."""
+    if not ws.is_dir():
+        raise JobsError(f"workspace {ws} does not exist; pass --workspace or set JOB_WORKSPACE")
+    logs = [p for p in ws.iterdir() if p.is_file() and _JOB_LOG.match(p.name)]
+    return sorted(logs, key=lambda p: p.stat().st_mtime)
+
+
+def read_job(path: Path) -> Job:
+    parsed = logparse.parse_file(str(path))
+    m = _JOB_LOG.match(path.name)
+    header = parsed.header
+    status = parsed.footer_status or "no summary"
+    wall_match = _WALL.search(failures.read_tail(str(path))) if parsed.footer_status else None
+    value = None
+    if parsed.entries:
+        summary = tgs.summarize(parsed)
+        value = summary.tgs if summary.tgs is not None and math.isfinite(summary.tgs) else None
+    return Job(
+        header.get("JOB_ID") or m.group("id"),
+        header.get("JOB_NAME") or m.group("name"),
+        header.get("MODEL_NAME", "?"),
+        header.get("NNODES", "?"),
+        status,
+        wall_match.group("wall") if wall_match else "-",
+        value,
+        str(path),
+        path.stat().st_mtime,
+        _count(header.get("ATTEMPT"), 1),
+        1 + _count(header.get("MAX_RETRIES"), 0),
+        header.get("RETRY_OF", ""),
+    )
+
+
+def _count(value: str | None, default: int) -> int:
+    return int(value) if value and value.isdigit() else default
+
+
+def resolve(ws: Path, spec: str) -> Path:
+    """The log of the job SPEC names: `latest`, a log or job dir path, a job id, or a unique part of a log name."""
+    given = Path(spec)
+    if given.is_file():
+        return given
+    if given.is_dir() and Path(f"{given}.log").is_file():
+        return Path(f"{given}.log")
+    logs = job_logs(ws)
+    if not logs:
+        raise JobsError(f"no job logs in {ws}; run a job first, or pass --workspace")
+    if spec == "latest":
+        return logs[-1]
+    exact = [p for p in logs if _JOB_LOG.match(p.name).group("id") == spec]
+    found = exact or [p for p in logs if spec in p.name]
+    if len(found) == 1:
+        return found[0]
+    if not found:
+        raise JobsError(f"no job matching '{spec}' in {ws}; see 'jobkit jobs'")
+    names = ", ".join(p.name.removesuffix(".log") for p in found[-5:])
+    raise JobsError(f"'{spec}' matches {len(found)} jobs in {ws} ({names}); give more of the name or the job id")
+
+
+def _tgs_text(value: float | None) -> str:
+    return f"{value:,.0f}" if value is not None else "-"
+
+
+def format_table(jobs: list[Job]) -> str:
+    rows = [("JOB", "NAME", "NODES", "STATUS", "WALL", "TGS/device", "TRY")]
+    rows += [(j.job_id, j.name, j.nodes, j.status, j.wall, _tgs_text(j.tgs), j.tries) for j in jobs]
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows)
+
+
+@click.command("jobs")
+@click.option("--workspace", "ws", help="Where the job logs are (default $JOB_WORKSPACE, else <repo>/outputs).")
+@click.option("--model", help="Only this model's jobs (MODEL_NAME in the log header).")
+@click.option("--last", type=click.IntRange(1), help="Only the N newest jobs.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per job, one per line.")
+def jobs_command(ws, model, last, as_json):
+    """The workspace's jobs, oldest first: id, name, nodes, status, wall time, steady-state TGS/device, attempt."""
+    try:
+        logs = job_logs(workspace(ws))
+    except JobsError as exc:
+        click.echo(f"jobkit jobs: {exc}", err=True)
+        sys.exit(1)
+    found = [read_job(p) for p in logs]
+    if model:
+        found = [j for j in found if j.model == model]
+    if last:
+        found = found[-last:]
+    if as_json:
+        for job in found:
+            click.echo(json.dumps(asdict(job)))
+    elif found:
+        click.echo(format_table(found))
+    else:
+        click.echo(f"no jobs in {workspace(ws)}" + (f" for model {model}" if model else ""), err=True)
+
+
+@click.command("tail")
+@click.argument("job")
+@click.option("--workspace", "ws", help="Where the job logs are (default $JOB_WORKSPACE, else <repo>/outputs).")
+@click.option("-n", "--lines", type=click.IntRange(0), default=40, show_default=True, help="Lines to show first.")
+@click.option("--no-follow", is_flag=True, help="Print the last lines and exit instead of following the log.")
+def tail_command(job, ws, lines, no_follow):
+    """Follow JOB's log: `latest`, a job id, a unique part of its name, or its log / job dir path."""
+    try:
+        log = resolve(workspace(ws), job)
+    except JobsError as exc:
+        click.echo(f"jobkit tail: {exc}", err=True)
+        sys.exit(1)
+    if no_follow:
+        text = failures.read_tail(str(log))
+        click.echo("\n".join(text.splitlines()[-lines:]) if lines else "", nl=bool(lines))
+        return
+    click.echo(f"==> {log} <==", err=True)
+    # tail -F follows the file across a rename (jobkit tag) and waits while it does not exist yet (a queued job).
+    os.execvp("tail", ["tail", "-n", str(lines), "-F", str(log)])

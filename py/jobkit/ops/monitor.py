@@ -1,0 +1,527 @@
+"""`jobkit monitor`: follow jobs from a login node and turn what happens to them into events and notifications.
+
+Each poll looks at every followed job through the scheduler (squeue, then sacct once it has left the queue)
+and through its log and job dir on the shared filesystem, and emits what is new:
+
+    state        PENDING -> RUNNING -> COMPLETED / FAILED / CANCELLED / TIMEOUT / NODE_FAIL / PREEMPTED ...
+    first-step   the first training step is in the log
+    hang         the watchdog's marker (<job dir>/hang/HANG), with where the stacks are
+    stalled      no new step for --stall seconds while the job runs and no watchdog marker (the watchdog
+                 could not run, or is off): the monitor's own hang check
+    tgs-drop     the median TGS of the last steps fell more than --tgs-drop % below the job's own steady state
+    verdict      the end-of-run line (`... — PASS` / `— FAIL (class)` / `— STOPPED early`)
+    failure      the failure class, its evidence line and the host it blames (as `jobkit why`)
+    requeued     the job was submitted again (its `== REQUEUED as job N` line); the new job is followed too
+
+Which jobs: the given ids (or names), a sweep's jobs (--sweep), else all of the user's jobs in the queue
+plus the workspace's logs written since the monitor first started. Events go to stdout, one line each,
+and to the notification targets (`jobkit notify`'s) at --level all or failures.
+
+The state file (default <workspace>/.monitor/state.json) holds every event already emitted, and it is saved
+before an event is printed or sent: a restarted monitor (or the next --once from cron) never repeats an
+alert; one lost in a crash is the price of that. A target that fails is reported once per poll, never
+retried, so an unreachable webhook cannot stall the monitor or flood its log.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import statistics
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import click
+
+from jobkit.core import failures, logparse, slurm
+from jobkit.core.paths import workspace
+from jobkit.ops import notify, requeue
+
+ENDED = slurm.ENDED
+BAD_STATES = ENDED - {"COMPLETED"}
+FAILURE_EVENTS = {"hang", "stalled", "tgs-drop", "failure", "requeued", "requeue-failed", "backfill-failed"}
+# The log footer's status, for a job the scheduler has forgotten (and for run_local.sh jobs).
+STATUS_TO_STATE = {
+    "SUCCESS": "COMPLETED",
+    "STOPPED": "COMPLETED",
+    "FAILED": "FAILED",
+    "HANG": "FAILED",
+    "CANCELLED": "CANCELLED",
+}
+_VERDICT = re.compile(r"^\S.* — (PASS|FAIL \([^)]*\)|STOPPED early.*|status unknown)$", re.M)
+_REQUEUE_END = re.compile(r"^== (?:not requeued|REQUEUE FAILED): (.*) ==$", re.M)
+# Seconds after a job's JOB SUMMARY during which its requeue line may still come.
+REQUEUE_WAIT = 120
+# A log changed this recently counts as a current job even before the monitor's first start.
+RECENT = 600
+
+
+class MonitorError(Exception):
+    """One line that names the problem and the fix."""
+
+
+@dataclass
+class Event:
+    job_id: str
+    kind: str
+    text: str
+
+    def line(self) -> str:
+        return f"{time.strftime('%Y-%m-%dT%H:%M:%S')} job {self.job_id} {self.kind}: {self.text}"
+
+
+# ------------------------------------------------------------------------------------------- the scheduler
+
+
+def queue_states() -> dict[str, str] | None:
+    """Job id -> state of the user's jobs Slurm holds, those that just ended included; None when squeue
+    cannot be asked (nothing is news then)."""
+    try:
+        return slurm.queue(user=os.environ.get("USER") or str(os.getuid()), include_ended=True)
+    except slurm.SlurmError:
+        return None
+
+
+def final_state(job_id: str) -> str | None:
+    """The state sacct keeps for an ended job, or None when there is no accounting."""
+    return slurm.accounted([job_id]).get(job_id)
+
+
+# ----------------------------------------------------------------------------------------------- the log
+
+
+def find_log(ws: Path, job_id: str) -> Path | None:
+    found = sorted(ws.glob(f"{job_id}-*.log"))
+    return found[0] if found else None
+
+
+# Rank 0's TGS values the monitor keeps per job: the first steady ones (its reference) and the latest ones.
+STEADY_FROM, WINDOW = 5, 10
+# Most bytes of new log read in one poll: a job that printed more catches up over the next polls.
+READ_LIMIT = 64 << 20
+
+
+def follow_log(record: dict, path: Path) -> logparse.JobLog:
+    """Read what LOG gained since the last poll (the byte offset is kept in RECORD, so a poll costs the new
+    lines, not the whole log of a week-long job) and fold it into RECORD: header, first and last step,
+    TGS values, JOB SUMMARY. Returns a JobLog view of the job with this poll's new rank-0 entries."""
+    offset = record.get("offset", 0)
+    size = path.stat().st_size
+    if size < offset:  # the log was replaced (rewritten by hand): start over
+        offset = 0
+        record.pop("header", None)
+    with path.open("rb") as fh:
+        fh.seek(offset)
+        chunk = fh.read(min(size - offset, READ_LIMIT))
+    end = chunk.rfind(b"\n") + 1  # complete lines only: the rest is read once it is whole
+    lines = chunk[:end].decode("utf-8", errors="replace").splitlines()
+    record["offset"] = offset + end
+    new = logparse.parse_lines(lines, str(path))
+    if "header" not in record:
+        record["header"] = new.header  # only the log's first lines are its header
+    if new.footer_status is not None:
+        record["footer"] = [new.footer_status, new.footer_exit]
+    entries = [e for e in new.entries if e.node in (None, 0)]
+    if entries:
+        record.setdefault("first_step", entries[0].step)
+        first = record["first_step"]
+        steady = record.setdefault("tgs_steady", [])
+        recent = record.setdefault("tgs_recent", [])
+        for e in entries:
+            if not e.tgs:
+                continue
+            if e.step >= first + STEADY_FROM and len(steady) < WINDOW:
+                steady.append(e.tgs)
+            recent.append(e.tgs)
+        del recent[:-WINDOW]
+    log = logparse.JobLog(str(path))
+    log.header = dict(record.get("header", {}))
+    log.entries = entries
+    log.footer_status, log.footer_exit = record.get("footer", [None, None])
+    return log
+
+
+def steady_reference(record: dict) -> float | None:
+    """Median TGS of the job's first steady steps (rank 0's), or None before there are enough."""
+    values = record.get("tgs_steady", [])
+    return statistics.median(values) if len(values) >= WINDOW else None
+
+
+def recent_tgs(record: dict) -> float | None:
+    values = record.get("tgs_recent", [])
+    return statistics.median(values) if len(values) >= WINDOW else None
+
+
+# -------------------------------------------------------------------------------------------- the monitor
+
+
+class Monitor:
+    def __init__(
+        self,
+        ws: Path,
+        state_file: Path,
+        job_ids: list[str],
+        sweep: str | None,
+        stall: float,
+        tgs_drop: float,
+    ):
+        self.ws = ws
+        self.state_file = state_file
+        self.given = list(job_ids)
+        self.sweep = sweep
+        self.stall = stall
+        self.tgs_drop = tgs_drop
+        self.state = self._load()
+
+    def _load(self) -> dict:
+        if self.state_file.is_file():
+            try:
+                return json.loads(self.state_file.read_text())
+            except (OSError, json.JSONDecodeError) as exc:
+                raise MonitorError(
+                    f"state file {self.state_file} cannot be read ({exc}); move it away to start afresh"
+                ) from None
+        return {"started": time.time(), "jobs": {}, "follow": []}
+
+    def save(self) -> None:
+        self.state_file.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.state_file.with_name(self.state_file.name + ".tmp")
+        tmp.write_text(json.dumps(self.state, indent=1) + "\n")
+        tmp.replace(self.state_file)  # rename is atomic: a crash leaves the old state or the new one
+
+    def _sweep_jobs(self) -> list[str]:
+        from jobkit.sweep import state as sweep_state
+
+        try:
+            found = sweep_state.open_sweep(self.sweep)
+        except sweep_state.SweepError as exc:
+            raise MonitorError(str(exc)) from None
+        return [str(e["job_id"]) for e in found.events() if e.get("event") == "submitted" and e.get("job_id")]
+
+    def candidates(self, queue: dict[str, str] | None) -> list[str]:
+        """The jobs to look at this poll (ended ones are kept in the state, not looked at again)."""
+        ids = [*self.given, *self.state.get("follow", [])]
+        if self.sweep:
+            ids += self._sweep_jobs()
+        if not self.given and not self.sweep:
+            ids += list(queue or {})
+            # Logs written since the monitor first started, or in the last minutes (a run_local.sh job, or a
+            # job that ended just before): older ones are history, not news.
+            since = min(self.state["started"], time.time() - RECENT)
+            if self.ws.is_dir():
+                for log in self.ws.glob("*.log"):
+                    m = re.match(r"^(\d+|local_\d{8}_\d{6}_[0-9a-f]{4})-", log.name)
+                    if m and log.stat().st_mtime >= since:
+                        ids.append(m.group(1))
+        jobs = self.state["jobs"]
+        return [j for j in dict.fromkeys(ids) if not jobs.get(j, {}).get("done")]
+
+    def poll(self) -> list[Event]:
+        queue = queue_states()
+        ids = self.candidates(queue)
+        events: list[Event] = []
+        looked: set[str] = set()
+        while ids:
+            for job_id in ids:
+                looked.add(job_id)
+                events += self._look(job_id, (queue or {}).get(job_id), queue is not None)
+            # A job requeued during this poll: look at its next attempt now, not a poll later.
+            ids = [j for j in self.state["follow"] if j not in looked and not self.state["jobs"].get(j, {}).get("done")]
+            if ids:
+                queue = queue_states()  # asked again: the new attempt was submitted after the last answer
+        return events
+
+    def _emit(self, record: dict, job_id: str, key: str, kind: str, text: str) -> list[Event]:
+        if key in record["seen"]:
+            return []
+        record["seen"].append(key)
+        return [Event(job_id, kind, text)]
+
+    def _look(self, job_id: str, queued: str | None, scheduler_answered: bool) -> list[Event]:
+        record = self.state["jobs"].setdefault(job_id, {"seen": [], "state": None})
+        log_path = find_log(self.ws, job_id)
+        log = follow_log(record, log_path) if log_path else None
+        name = (log.header.get("MODEL_NAME", "") + f" {log.nnodes}N") if log and log.nnodes else ""
+        who = f"({name}) " if name else ""
+        events: list[Event] = []
+
+        # 1. Scheduler state: squeue while it lists the job, then sacct, then the log's JOB SUMMARY.
+        state = queued
+        if state is None and not job_id.startswith("local_"):
+            if not scheduler_answered and log and log.footer_status is None:
+                state = record["state"]  # squeue could not be asked: no news
+            else:
+                state = final_state(job_id)
+        if state is None and log is not None:
+            state = STATUS_TO_STATE.get(log.footer_status or "", "RUNNING")
+        if state and state != record["state"]:
+            was = record["state"]
+            record["state"] = state
+            events += self._emit(
+                record, job_id, f"state:{state}", "state", f"{who}{state}" + (f" (was {was})" if was else "")
+            )
+        if log is None:
+            if state in ENDED:
+                record["done"] = True
+            return events
+
+        # 2. Progress: first step, the watchdog's hang marker, the monitor's own stall check, TGS drop.
+        entries = log.entries  # this poll's new rank-0 steps
+        if "first_step" in record:
+            events += self._emit(
+                record, job_id, "first-step", "first-step", f"{who}first step (step {record['first_step']})"
+            )
+        if entries and entries[-1].step != record.get("last_step"):
+            record["last_step"], record["last_step_at"] = entries[-1].step, time.time()
+        marker = log_path.with_suffix("") / "hang" / "HANG"
+        if marker.is_file():
+            events += self._emit(
+                record,
+                job_id,
+                "hang",
+                "hang",
+                f"{who}HANG detected — {marker.read_text().strip()}; stacks in {marker.parent}/",
+            )
+        elif (
+            state == "RUNNING"
+            and record.get("last_step_at")
+            and log.footer_status is None
+            and time.time() - record["last_step_at"] > self.stall
+        ):
+            since = time.time() - record["last_step_at"]
+            events += self._emit(
+                record,
+                job_id,
+                f"stalled:{record['last_step']}",
+                "stalled",
+                f"{who}no new step for {since:.0f} s since step {record['last_step']} (and no watchdog report)",
+            )
+        ref, now = steady_reference(record), recent_tgs(record)
+        if ref and now and log.footer_status is None:
+            if now < ref * (1 - self.tgs_drop / 100):
+                if not record.get("tgs_low"):
+                    record["tgs_low"] = True
+                    record["drops"] = record.get("drops", 0) + 1
+                    events += self._emit(
+                        record,
+                        job_id,
+                        f"tgs-drop:{record['drops']}",
+                        "tgs-drop",
+                        f"{who}TGS {now:,.0f}/device over the last steps, {100 * (1 - now / ref):.0f}% below its "
+                        f"steady state {ref:,.0f} (step {record['last_step']})",
+                    )
+            else:
+                record["tgs_low"] = False  # recovered: the next drop is news again
+
+        # 3. The end: verdict, failure class, requeue (read from the log's tail, once it has a JOB SUMMARY).
+        if log.footer_status is not None:
+            text = failures.read_tail(str(log_path))
+            if record.get("first_step") is not None and not log.entries:
+                log.entries = [
+                    logparse.StepEntry(record.get("last_step", 0), 0, None, None, None, None, None)
+                ]  # it had steps
+            verdict = _VERDICT.search(text)
+            if verdict:
+                events += self._emit(record, job_id, "verdict", "verdict", verdict.group(0))
+            found = requeue.outcome(log, text)
+            if found is not None:
+                detail = "".join(
+                    [
+                        f"; evidence: {found.evidence}" if found.evidence else "",
+                        f"; host: {found.host}" if found.host else "",
+                    ]
+                )
+                events += self._emit(record, job_id, "failure", "failure", f"{who}{found.label}{detail}")
+            requeued = requeue.REQUEUED_LINE.search(text)
+            ended = _REQUEUE_END.search(text)
+            if requeued:
+                new = requeued.group(1)
+                events += self._emit(record, job_id, "requeued", "requeued", requeued.group(0).strip("= "))
+                if new not in self.state["follow"]:
+                    self.state["follow"].append(new)
+            elif ended and ended.group(0).startswith("== REQUEUE FAILED"):
+                events += self._emit(record, job_id, "requeue-failed", "requeue-failed", ended.group(1))
+            record.setdefault("summary_at", time.time())
+            no_requeue = log.header.get("MAX_RETRIES", "0") in ("", "0") or job_id.startswith("local_")
+            waited = time.time() - record["summary_at"] > REQUEUE_WAIT
+            if (state in ENDED or job_id.startswith("local_")) and (requeued or ended or no_requeue or waited):
+                record["done"] = True
+        elif state in ENDED and state != "COMPLETED" and not job_id.startswith("local_"):
+            # Slurm ended it and nothing wrote a JOB SUMMARY (the batch host died, a hard kill): say why.
+            events += self._emit(
+                record, job_id, "failure", "failure", f"{who}{state.lower()} (the log has no JOB SUMMARY)"
+            )
+            record["done"] = True
+        if record.get("done") and (state in ENDED or job_id.startswith("local_")):
+            events += self._complete_backfill(record, job_id, log_path.with_suffix("") / "prometheus")
+        return events
+
+    def _complete_backfill(self, record: dict, job_id: str, tsdb: Path) -> list[Event]:
+        """A RAY=1 job ended before its teardown backfilled every TensorBoard step into its TSDB (a time
+        limit, a scancel past KillWait): do it now, as every reader of the TSDB would."""
+        from jobkit.observe import tb_backfill
+
+        if not tsdb.is_dir() or tb_backfill.pending(str(tsdb)) is None:
+            return []
+        said: list[str] = []
+        try:
+            tb_backfill.complete_pending(str(tsdb), out=lambda *a, **_: said.append(" ".join(map(str, a))))
+        except (tb_backfill.BackfillError, OSError) as exc:
+            return self._emit(record, job_id, "backfill", "backfill-failed", f"{tsdb}: {exc}")
+        last = said[-1] if said else "done"
+        return self._emit(record, job_id, "backfill", "backfill", f"completed the TSDB's TensorBoard backfill: {last}")
+
+
+def is_failure(event: Event) -> bool:
+    if event.kind in FAILURE_EVENTS:
+        return True
+    if event.kind == "state":
+        return event.text.split("(")[-1].split()[0] in BAD_STATES or any(f" {s}" in event.text for s in BAD_STATES)
+    return event.kind == "verdict" and " — PASS" not in event.text
+
+
+def deliver(events: list[Event], targets: notify.Targets | None, level: str) -> list[str]:
+    """Notify what LEVEL selects; returns the failed targets' lines (each once per poll, never retried)."""
+    chosen = [e for e in events if level == "all" or is_failure(e)]
+    if not chosen or targets is None:
+        return []
+    problems: list[str] = []
+    for event in chosen:
+        kind = "failure" if is_failure(event) else "info"
+        for problem in notify.send(f"job {event.job_id}: {event.kind}", event.text, targets, kind):
+            if problem not in problems:
+                problems.append(problem)
+        if problems and all("not a URL" in p for p in problems):
+            break  # a malformed URL fails every event the same way
+    return problems
+
+
+# ---------------------------------------------------------------------------------------------- the daemon
+
+
+def _pid_alive(pid_file: Path) -> int | None:
+    try:
+        pid = int(pid_file.read_text().split()[0])
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except (OSError, ValueError, IndexError):
+        return None
+    return pid if b"monitor" in cmdline else None
+
+
+def daemonize(pid_file: Path, log_file: Path) -> None:
+    """Detach (double fork, new session), stdout/stderr to LOG_FILE, our pid in PID_FILE."""
+    if os.fork():
+        os._exit(0)
+    os.setsid()
+    if os.fork():
+        os._exit(0)
+    fd = os.open(log_file, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    pid_file.write_text(f"{os.getpid()}\n")
+
+
+@click.command("monitor")
+@click.argument("jobs", nargs=-1)
+@click.option("--workspace", "ws", help="Where the job logs are (default $JOB_WORKSPACE, else <repo>/outputs).")
+@click.option("--sweep", help="Follow this sweep's jobs (its id, as `jobkit sweep` names it).")
+@click.option("--interval", type=click.FloatRange(0.1), default=30, show_default=True, help="Seconds between polls.")
+@click.option("--once", is_flag=True, help="Poll once and exit (for cron: the state file carries over).")
+@click.option("--daemon", is_flag=True, help="Run in the background; pid file and log beside the state file.")
+@click.option("--stop", "stop_daemon", is_flag=True, help="Stop the background monitor of this state file.")
+@click.option(
+    "--state",
+    "state_file",
+    type=click.Path(dir_okay=False),
+    help="State file (default <workspace>/.monitor/state.json).",
+)
+@click.option(
+    "--level",
+    type=click.Choice(["all", "failures"]),
+    default="failures",
+    show_default=True,
+    help="Which events to notify.",
+)
+@click.option("--no-notify", is_flag=True, help="Only print events.")
+@click.option(
+    "--stall",
+    type=click.FloatRange(1),
+    default=1800,
+    show_default=True,
+    help="Seconds without a new step that count as stalled.",
+)
+@click.option(
+    "--tgs-drop",
+    type=click.FloatRange(1, 99),
+    default=20,
+    show_default=True,
+    help="Percent below the steady TGS that counts as a drop.",
+)
+def command(jobs, ws, sweep, interval, once, daemon, stop_daemon, state_file, level, no_notify, stall, tgs_drop):
+    """Follow jobs (JOBS ids, a --sweep, else all of yours) and report what happens to them."""
+    ws_path = workspace(ws)
+    state_path = Path(state_file) if state_file else ws_path / ".monitor" / "state.json"
+    pid_file = state_path.with_name(state_path.stem + ".pid")
+    if stop_daemon:
+        pid = _pid_alive(pid_file)
+        if pid is None:
+            click.echo(f"jobkit monitor: no monitor running for {state_path}", err=True)
+            sys.exit(1)
+        os.kill(pid, signal.SIGTERM)
+        click.echo(f"stopped monitor {pid}")
+        return
+    bad = [j for j in jobs if not re.fullmatch(r"\d+(?:_\d+)?|local_\d{8}_\d{6}_[0-9a-f]{4}", j)]
+    if bad:
+        click.echo(f"jobkit monitor: '{bad[0]}' is not a job id; give Slurm job ids (see 'jobkit jobs')", err=True)
+        sys.exit(2)
+    targets = None
+    if not no_notify:
+        try:
+            targets = notify.find_targets()
+        except (notify.NotifyError, OSError) as exc:
+            click.echo(f"jobkit monitor: {exc}", err=True)
+            sys.exit(2)
+    try:
+        monitor = Monitor(ws_path, state_path, list(jobs), sweep, stall, tgs_drop)
+    except MonitorError as exc:
+        click.echo(f"jobkit monitor: {exc}", err=True)
+        sys.exit(2)
+    if daemon:
+        running = _pid_alive(pid_file)
+        if running:
+            click.echo(f"jobkit monitor: already running as pid {running} ({pid_file}); stop it with --stop", err=True)
+            sys.exit(1)
+        state_path.parent.mkdir(parents=True, exist_ok=True)
+        log_file = state_path.with_name(state_path.stem + ".log")
+        click.echo(f"monitor started in the background; log {log_file}, pid file {pid_file}")
+        daemonize(pid_file, log_file)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    where = (
+        f"notifying {len(targets.urls)} target(s) from {targets.source} ({level})" if targets else "no notifications"
+    )
+    click.echo(f"{time.strftime('%Y-%m-%dT%H:%M:%S')} monitor: following jobs in {ws_path}; {where}")
+    try:
+        while True:
+            try:
+                events = monitor.poll()
+            except MonitorError as exc:
+                click.echo(f"jobkit monitor: {exc}", err=True)
+                sys.exit(2)
+            monitor.save()  # before printing or sending: a restart never repeats an alert
+            for event in events:
+                click.echo(event.line())
+            for problem in deliver(events, targets, level):
+                click.echo(f"{time.strftime('%Y-%m-%dT%H:%M:%S')} monitor: notification failed: {problem}", err=True)
+            if once:
+                return
+            time.sleep(interval)
+    finally:
+        if daemon and _pid_alive(pid_file) == os.getpid():
+            pid_file.unlink(missing_ok=True)

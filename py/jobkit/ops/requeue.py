@@ -1,0 +1,257 @@
+"""`jobkit requeue`: after a Slurm job ends, submit it again when its outcome is worth another attempt.
+
+_job.sbatch runs this as its last act when `MAX_RETRIES` is above 0, in the environment the job was
+submitted with (its own additions and Slurm's SLURM_* variables removed), so the next attempt is what the
+user asked for, not what the batch script made of it. Steps:
+
+1. Decide (`decide`), from the job log alone: the status in its JOB SUMMARY and the failure class that
+   `jobkit why` gives. Retried: a hang, a distributed (coordination/heartbeat) timeout, a collective error,
+   a node failure, a preemption, a time limit (also a training that stopped itself because Slurm warned of
+   the limit: the `TIME LIMIT` line of _job.sbatch), a GPU hardware fault. Never: success, a cancel by a
+   person, OOM, a config error, a Python exception, anything unknown: another attempt fails the same way.
+2. Blame: a node failure or a GPU fault that names a host adds that host to the next attempt's --exclude,
+   along with every host earlier attempts excluded.
+3. Claim: `<job dir>/requeue.json` is created exclusively (O_EXCL), so whoever else might requeue the same
+   job (a second call, a monitor) finds it taken and does nothing.
+4. Submit: the snapshot's own submit.sh with the original arguments (SUBMIT_ARGV, written by submit.sh),
+   reusing the same snapshot, with ATTEMPT=n+1 and RETRY_OF=<this job>. With checkpointing on, MaxText
+   resumes from the last checkpoint in the shared output directory.
+5. Record: the new job id in requeue.json, a `next` link in this job dir (the new job dir gets `previous`
+   from submit.sh), and the line `== REQUEUED as job N (attempt 2 of 3): <why> ==` on stdout (the log).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import click
+
+from jobkit.core import failures, logparse
+from jobkit.core.nodelist import expand_nodelist
+
+RETRYABLE = {
+    "hang",
+    "distributed-timeout",
+    "collective-error",
+    "node-fail",
+    "preempted",
+    "time-limit",
+    "gpu-hardware",
+}
+# Classes whose named host is at fault and should not get the next attempt.
+BLAME_HOST = {"node-fail", "gpu-hardware"}
+CLAIM_FILE = "requeue.json"
+# _job.sbatch's line when Slurm's time-limit warning (--signal) asked training to save and stop.
+TIME_LIMIT_LINE = re.compile(r"^== TIME LIMIT near", re.M)
+# The line a requeue leaves in the log (`command` prints it); jobkit monitor follows the new job from it.
+REQUEUED_LINE = re.compile(r"^== REQUEUED as job (\d+) .*==$", re.M)
+EXIT_NOT_RETRIED, EXIT_ERROR = 3, 1
+
+
+class RequeueError(Exception):
+    """Why a requeue that was decided could not be submitted: one line with the fix."""
+
+
+@dataclass
+class Decision:
+    retry: bool
+    why: str  # the outcome, in words: "hang: training", "time-limit", "oom (not retried)"
+    attempt: int  # this job's attempt (1 = the first submission)
+    max_retries: int
+    exclude: list[str] = field(default_factory=list)  # hosts the next attempt must not get
+
+    @property
+    def next_attempt(self) -> int:
+        return self.attempt + 1
+
+
+def _int(value: str | None, default: int) -> int:
+    try:
+        return int(value) if value not in (None, "") else default
+    except ValueError:
+        return default
+
+
+def outcome(log: logparse.JobLog, text: str) -> failures.Failure | None:
+    """How the job of LOG (its tail TEXT) ended, as a failure class; None for a success or a job not ended."""
+    if log.footer_status in (None, "SUCCESS"):
+        return None
+    limit = TIME_LIMIT_LINE.search(text)
+    if limit:
+        # Slurm warned of the limit and training was asked to save and stop: whether it then exited 0
+        # (STOPPED) or had to be killed, the cause is the limit.
+        return failures.Failure("time-limit", evidence=failures._line_at(text, limit.start()))
+    if log.footer_status == "STOPPED":
+        stopped = re.search(r"Training stopped: (.*?)\.?$", text, re.M)
+        return failures.Failure("stopped-early", stopped.group(1) if stopped else "")
+    nodes = expand_nodelist(log.header.get("JOB_NODELIST", ""))
+    return failures.classify(text, log.footer_status, log.footer_exit, has_steps=bool(log.entries), nodes=nodes)
+
+
+def decide(log: logparse.JobLog, text: str, env: dict[str, str]) -> Decision:
+    """Whether the job in LOG (its tail TEXT) gets another attempt, and which hosts it must avoid."""
+    attempt = _int(env.get("ATTEMPT") or log.header.get("ATTEMPT"), 1)
+    max_retries = _int(env.get("MAX_RETRIES") or log.header.get("MAX_RETRIES"), 0)
+    earlier = [h for h in (env.get("REQUEUE_EXCLUDE") or "").split(",") if h]
+
+    def no(why: str) -> Decision:
+        return Decision(False, why, attempt, max_retries, earlier)
+
+    if log.footer_status is None:
+        return no("the log has no JOB SUMMARY (the job is still running, or died without one)")
+    found = outcome(log, text)
+    if found is None:
+        return no("succeeded")
+    if found.reason == "stopped-early":
+        return no(f"{found.label} (not retried: not for a time limit)")
+    if found.reason not in RETRYABLE:
+        return no(f"{found.label} (not retried: another attempt would fail the same way)")
+    exclude = list(earlier)
+    if found.reason in BLAME_HOST and found.host and found.host not in exclude:
+        exclude.append(found.host)
+    decision = Decision(True, found.label, attempt, max_retries, exclude)
+    if attempt > max_retries:
+        decision.retry = False
+        decision.why = f"{found.label}; retries used up ({max_retries} allowed, this was attempt {attempt})"
+    return decision
+
+
+def split_submit_argv(argv: list[str]) -> tuple[str, list[str], list[str]]:
+    """submit.sh's arguments -> (model spec, sbatch args, passthrough after `--`)."""
+    if not argv:
+        raise RequeueError("SUBMIT_ARGV is empty; only jobs submitted with submit.sh can be requeued")
+    head, tail = (argv[: argv.index("--")], argv[argv.index("--") + 1 :]) if "--" in argv else (argv, [])
+    return head[0], head[1:], tail
+
+
+def with_exclude(sbatch_args: list[str], hosts: list[str]) -> list[str]:
+    """SBATCH_ARGS with HOSTS added to its --exclude (sbatch keeps only the last one: merge, not append)."""
+    if not hosts:
+        return list(sbatch_args)
+    kept, excluded, i = [], [], 0
+    while i < len(sbatch_args):
+        arg = sbatch_args[i]
+        if arg in ("-x", "--exclude") and i + 1 < len(sbatch_args):
+            excluded += sbatch_args[i + 1].split(",")
+            i += 2
+            continue
+        if arg.startswith("--exclude="):
+            excluded += arg.split("=", 1)[1].split(",")
+        elif arg.startswith("-x") and len(arg) > 2:
+            excluded += arg[2:].split(",")
+        else:
+            kept.append(arg)
+        i += 1
+    merged = list(dict.fromkeys([*excluded, *hosts]))
+    return [*kept, f"--exclude={','.join(merged)}"]
+
+
+def claim(job_dir: Path, decision: Decision) -> bool:
+    """Take the job's one requeue; False when someone already did."""
+    try:
+        fd = os.open(job_dir / CLAIM_FILE, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    except FileExistsError:
+        return False
+    with os.fdopen(fd, "w") as fh:
+        json.dump({"decision": asdict(decision)}, fh)
+    return True
+
+
+def _record(job_dir: Path, **fields) -> None:
+    path = job_dir / CLAIM_FILE
+    data = json.loads(path.read_text())
+    data.update(fields)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data, indent=1) + "\n")
+    tmp.replace(path)  # rename is atomic: a reader sees the old record or the new one
+
+
+def submit(log_path: Path, decision: Decision, env: dict[str, str]) -> tuple[str, Path]:
+    """Submit the next attempt with the snapshot's submit.sh; returns (job id, job dir)."""
+    launcher = env.get("MAXTEXT_LAUNCHER_DIR", "")
+    if not launcher or not (Path(launcher) / "submit.sh").is_file():
+        raise RequeueError(f"no snapshot with submit.sh at MAXTEXT_LAUNCHER_DIR={launcher!r}; resubmit by hand")
+    try:
+        spec, sbatch_args, passthrough = split_submit_argv(shlex.split(env.get("SUBMIT_ARGV", "")))
+    except ValueError as exc:
+        raise RequeueError(f"SUBMIT_ARGV cannot be read ({exc}); resubmit by hand") from None
+    job = logparse.parse_file(str(log_path)).header
+    child_env = {
+        **env,
+        "ATTEMPT": str(decision.next_attempt),
+        "RETRY_OF": job.get("JOB_ID", ""),
+        "REQUEUE_EXCLUDE": ",".join(decision.exclude),
+        "REQUEUE_ARTIFACT": launcher,
+        "REQUEUE_PREVIOUS_DIR": log_path.with_suffix("").name,
+        # The job that calls us is ending (maybe inside Slurm's KillWait): do not wait to watch the new one start.
+        "EARLY_DEATH_CHECK_SECONDS": "0",
+    }
+    cmd = [str(Path(launcher) / "submit.sh"), spec, *with_exclude(sbatch_args, decision.exclude), "--", *passthrough]
+    result = subprocess.run(cmd, env=child_env, capture_output=True, text=True, timeout=300)
+    if result.returncode != 0:
+        said = (result.stderr.strip().splitlines() or result.stdout.strip().splitlines() or ["(no output)"])[-1]
+        if decision.exclude and "node configuration is not available" in said:
+            said += f" (too few nodes left once {','.join(decision.exclude)} is excluded; resubmit when it is back, or with fewer nodes)"
+        raise RequeueError(f"submit.sh failed (exit {result.returncode}): {said}")
+    m = re.search(r"^Submitted job (\d+)", result.stdout, re.M)
+    d = re.search(r"^\s*job dir:\s*(\S+)", result.stdout, re.M)
+    if not m or not d:
+        raise RequeueError(f"could not read the new job from submit.sh's answer: {result.stdout.strip()!r}")
+    return m.group(1), Path(d.group(1))
+
+
+def requeue(log_path: Path, env: dict[str, str]) -> tuple[Decision, str | None]:
+    """Decide, claim, submit and record; returns the decision and the new job id (None if not requeued)."""
+    log = logparse.load(str(log_path))
+    decision = decide(log, failures.read_tail(str(log_path)), env)
+    if not decision.retry:
+        return decision, None
+    job_dir = log_path.with_suffix("")
+    job_dir.mkdir(exist_ok=True)
+    if not claim(job_dir, decision):
+        return Decision(False, f"already requeued (see {job_dir / CLAIM_FILE})", decision.attempt, 0), None
+    try:
+        job_id, new_dir = submit(log_path, decision, env)
+    except (RequeueError, OSError, subprocess.TimeoutExpired) as exc:
+        _record(job_dir, error=str(exc))
+        raise RequeueError(str(exc)) from None
+    _record(job_dir, job_id=job_id, new_job_dir=str(new_dir))
+    link = job_dir / "next"
+    if not link.is_symlink() and not link.exists():
+        link.symlink_to(Path("..") / new_dir.name)
+    return decision, job_id
+
+
+@click.command("requeue")
+@click.argument("log", type=click.Path(dir_okay=False))
+@click.option("--dry-run", is_flag=True, help="Say what would be decided; submit nothing.")
+def command(log, dry_run):
+    """Submit the job of LOG again if its outcome is retryable and MAX_RETRIES allows (see `jobkit requeue`'s doc)."""
+    path = Path(log)
+    try:
+        if dry_run:
+            parsed = logparse.load(log)
+            decision, job_id = decide(parsed, failures.read_tail(log), dict(os.environ)), None
+        else:
+            decision, job_id = requeue(path, dict(os.environ))
+    except logparse.LogError as exc:
+        click.echo(f"jobkit requeue: {exc}", err=True)
+        sys.exit(EXIT_ERROR)
+    except RequeueError as exc:
+        click.echo(f"== REQUEUE FAILED: {exc} ==")
+        sys.exit(EXIT_ERROR)
+    total = 1 + decision.max_retries
+    if job_id:
+        also = f"; excluding {','.join(decision.exclude)}" if decision.exclude else ""
+        click.echo(f"== REQUEUED as job {job_id} (attempt {decision.next_attempt} of {total}): {decision.why}{also} ==")
+        return
+    verb = "would requeue" if dry_run and decision.retry else "not requeued"
+    click.echo(f"== {verb}: {decision.why} ==")
+    sys.exit(0 if dry_run and decision.retry else EXIT_NOT_RETRIED)
