@@ -24,13 +24,13 @@ from __future__ import annotations
 import functools
 import json
 import re
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import click
 
 from jobkit.core import paths
+from jobkit.core.errors import JobkitError
 from jobkit.ops import jobs
 
 COLLECTIVES = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute")
@@ -249,8 +249,7 @@ def command(job, ws, as_json):
         job_dir = log.with_name(log.name.removesuffix(".log"))
         rows = read_dump(job_dir)
     except (jobs.JobsError, HloError) as exc:
-        click.echo(f"jobkit hlo: {exc}", err=True)
-        sys.exit(1)
+        raise JobkitError("hlo", str(exc)) from None
     if as_json:
         click.echo(json.dumps({"job_dir": str(job_dir), "dump": str(job_dir / "xla_dump"), "source": DUMP_GLOB,
                                "modules": rows}, indent=1))  # fmt: skip

@@ -50,6 +50,7 @@ import click
 
 from jobkit.analysis import hlo
 from jobkit.core import paths
+from jobkit.core.errors import JobkitError
 from jobkit.ops import jobs
 
 CATEGORIES = ("matmul/convolution", "collectives", "fusions", "copies", "host", "other")
@@ -540,8 +541,7 @@ def command(job, other, session, top, ws, as_json):
         first = summarize(_job_dir(ws, job), session)
         second = summarize(_job_dir(ws, other)) if other else None
     except (jobs.JobsError, ProfileError) as exc:
-        click.echo(f"jobkit profile: {exc}", err=True)
-        sys.exit(1)
+        raise JobkitError("profile", str(exc)) from None
     if second is None:
         click.echo(json.dumps(first.to_json(top), indent=1) if as_json else format_one(first, top))
     else:

@@ -15,12 +15,12 @@ from pathlib import Path
 
 import click
 
+from jobkit.core.errors import EXIT_BAD_INPUT, EXIT_ENGINE
 from jobkit.core.paths import UTILS_DIR
 from jobkit.image import probe as image_probe
 
 RUNTIME_LIB = UTILS_DIR / "lib" / "container_runtime.sh"
 LABEL_PREFIXES = ("maxtext-launcher.", "org.opencontainers.image.", "com.amd.", "com.nvidia.")
-EXIT_BAD_INPUT, EXIT_ENGINE = 1, 3
 
 
 class ImageInfoError(Exception):

@@ -18,12 +18,12 @@ import sys
 import traceback
 from collections.abc import Sequence
 
+from jobkit.core.errors import EXIT_SETUP
 from jobkit.launch import mfu, mfu_stream
 
 # Newest layout first: PyPI maxtext >= 0.2, then source-tree images.
 TRAIN_MODULES = ("maxtext.trainers.pre_train.train", "MaxText.train")
 USAGE = "usage: jobkit launch <config.yml> [key=value ...]"
-EXIT_SETUP = 2
 
 
 class LaunchError(Exception):

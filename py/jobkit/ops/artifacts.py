@@ -23,7 +23,6 @@ import os
 import re
 import shutil
 import stat
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,6 +30,7 @@ from pathlib import Path
 import click
 
 from jobkit.core import failures, logparse, paths, slurm
+from jobkit.core.errors import JobkitError
 from jobkit.ops import jobs
 
 SNAPSHOT = re.compile(r"^artifact_\d{8}_\d{6}_[0-9a-f]+$")
@@ -205,11 +205,9 @@ def clean_command(ws, dry_run, no_scheduler):
     """Remove the snapshots no queued or running job uses (Slurm is asked; recently active logs are kept)."""
     workspace = paths.workspace(ws)
     if not workspace.is_dir():
-        click.echo(
-            f"jobkit artifacts clean: workspace {workspace} does not exist; pass --workspace or set JOB_WORKSPACE",
-            err=True,
+        raise JobkitError(
+            "artifacts clean", f"workspace {workspace} does not exist; pass --workspace or set JOB_WORKSPACE"
         )
-        sys.exit(1)
     arts = workspace / ".artifacts"
     snapshots = find_snapshots(workspace)
     if not snapshots:
@@ -220,13 +218,12 @@ def clean_command(ws, dry_run, no_scheduler):
         try:
             states = squeue_states()
         except ArtifactsError as exc:
-            click.echo(
-                f"jobkit artifacts clean: cannot ask Slurm which jobs are queued or running ({exc}); nothing removed, "
+            raise JobkitError(
+                "artifacts clean",
+                f"cannot ask Slurm which jobs are queued or running ({exc}); nothing removed, "
                 "since removing a live job's code breaks it. Run it where squeue works, or pass --no-scheduler "
                 "if you know no job of this workspace is queued or running",
-                err=True,
-            )
-            sys.exit(1)
+            ) from None
     decide(snapshots, states, time.time())
     verb = "would remove" if dry_run else "removed"
     freed = removed = kept = 0
@@ -242,10 +239,9 @@ def clean_command(ws, dry_run, no_scheduler):
             try:
                 remove_snapshot(snap.path, arts)
             except (OSError, ArtifactsError) as exc:
-                click.echo(
-                    f"jobkit artifacts clean: could not remove {snap.path}: {exc}; fix that and run again", err=True
-                )
-                sys.exit(1)
+                raise JobkitError(
+                    "artifacts clean", f"could not remove {snap.path}: {exc}; fix that and run again"
+                ) from None
         click.echo(f"{verb} {snap.path.name} ({human(size)})")
         freed += size
         removed += 1

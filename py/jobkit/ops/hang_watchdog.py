@@ -37,6 +37,7 @@ from pathlib import Path
 import click
 
 from jobkit.core import procfs
+from jobkit.core.errors import EXIT_SETTINGS, JobkitError
 
 STARTUP, COMPILE, TRAINING = "startup", "compile", "training"
 # Written into the job dir by _job.sbatch when Slurm warns of the time limit: the watchdog TERMs training.
@@ -47,7 +48,6 @@ RANK_RE = re.compile(r"^\s*(\d+): ")
 MARKER_NAME = "HANG"
 STACK_WAIT = 60  # seconds the first watchdog waits for every node's stacks before it stops training
 STOP_GRACE = 10  # seconds between TERM and KILL
-EXIT_SETTINGS = 2
 
 
 class SettingsError(ValueError):
@@ -344,8 +344,7 @@ def command(log, job_dir, interval, check):
     try:
         settings = Settings.from_env(dict(os.environ))
     except SettingsError as exc:
-        click.echo(f"jobkit hang-watchdog: {exc}", err=True)
-        sys.exit(EXIT_SETTINGS)
+        raise JobkitError("hang-watchdog", str(exc), EXIT_SETTINGS) from None
     if check:
         return
     if not settings.enabled:

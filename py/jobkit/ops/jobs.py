@@ -12,7 +12,6 @@ import json
 import math
 import os
 import re
-import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -20,6 +19,7 @@ from pathlib import Path
 import click
 
 from jobkit.core import failures, logparse, tgs
+from jobkit.core.errors import JobkitError
 from jobkit.core.paths import workspace
 
 _WALL = re.compile(r"^\s*Wall:\s*(?P<wall>.+?)\s*$", re.M)
@@ -148,8 +148,7 @@ def jobs_command(ws, model, last, as_json):
     try:
         logs = job_logs(workspace(ws))
     except JobsError as exc:
-        click.echo(f"jobkit jobs: {exc}", err=True)
-        sys.exit(1)
+        raise JobkitError("jobs", str(exc)) from None
     found = [read_job(p) for p in logs]
     if model:
         found = [j for j in found if j.model == model]
@@ -174,8 +173,7 @@ def tail_command(job, ws, lines, no_follow):
     try:
         log = resolve(workspace(ws), job)
     except JobsError as exc:
-        click.echo(f"jobkit tail: {exc}", err=True)
-        sys.exit(1)
+        raise JobkitError("tail", str(exc)) from None
     if no_follow:
         text = failures.read_tail(str(log))
         click.echo("\n".join(text.splitlines()[-lines:]) if lines else "", nl=bool(lines))

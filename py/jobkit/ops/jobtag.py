@@ -21,13 +21,13 @@ from __future__ import annotations
 import math
 import os
 import re
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import click
 
 from jobkit.core import logparse, paths, tgs
+from jobkit.core.errors import JobkitError
 from jobkit.ops import jobs
 
 TAGGED = re.compile(r"-tgs\d+$")
@@ -264,20 +264,17 @@ def command(job, all_jobs, ws, dry_run):
             for line in _tag_one(log, dry_run):
                 click.echo(line)
         except jobs.JobsError as exc:
-            click.echo(f"jobkit tag: {exc}", err=True)
-            sys.exit(1)
+            raise JobkitError("tag", str(exc)) from None
         except TagError as exc:
             if exc.done:
                 click.echo(str(exc))
                 return
-            click.echo(f"jobkit tag: {exc}", err=True)
-            sys.exit(1)
+            raise JobkitError("tag", str(exc)) from None
         return
     try:
         logs = jobs.job_logs(workspace)
     except jobs.JobsError as exc:
-        click.echo(f"jobkit tag: {exc}", err=True)
-        sys.exit(1)
+        raise JobkitError("tag", str(exc)) from None
     failed = 0
     for log in logs:
         if log.is_symlink():
@@ -289,5 +286,4 @@ def command(job, all_jobs, ws, dry_run):
             click.echo(f"skip {exc}" if exc.skip else f"jobkit tag: {exc}", err=not exc.skip)
             failed += not exc.skip
     if failed:
-        click.echo(f"jobkit tag: {failed} job(s) could not be tagged (see above)", err=True)
-        sys.exit(1)
+        raise JobkitError("tag", f"{failed} job(s) could not be tagged (see above)")

@@ -27,9 +27,10 @@ from pathlib import Path
 
 import click
 
+from jobkit.core.errors import EXIT_NOTIFY_CONFIG, EXIT_NOTIFY_FAILED, JobkitError
+
 ENV_URLS = "JOBKIT_NOTIFY_URLS"
 ENV_CONFIG = "JOBKIT_NOTIFY_CONFIG"
-EXIT_FAILED, EXIT_CONFIG = 1, 2
 # Seconds to connect and to read, added to a URL that says nothing of its own (apprise's cto/rto options).
 DEFAULT_TIMEOUTS = {"cto": "4", "rto": "4"}
 _SPLIT = re.compile(r"[\s,]+")
@@ -133,18 +134,17 @@ def command(text, title, urls, level):
     try:
         targets = find_targets(urls)
     except (NotifyError, OSError) as exc:
-        click.echo(f"jobkit notify: {exc}", err=True)
-        sys.exit(EXIT_CONFIG)
+        raise JobkitError("notify", str(exc), EXIT_NOTIFY_CONFIG) from None
     if targets is None:
-        click.echo(
-            f"jobkit notify: no notification targets; put apprise URLs in {config_path()} (chmod 600) "
+        raise JobkitError(
+            "notify",
+            f"no notification targets; put apprise URLs in {config_path()} (chmod 600) "
             f"or in ${ENV_URLS}, or pass --url",
-            err=True,
+            EXIT_NOTIFY_CONFIG,
         )
-        sys.exit(EXIT_CONFIG)
     problems = send(title, text, targets, level)
     for line in problems:
         click.echo(f"jobkit notify: {line}", err=True)
     if problems:
-        sys.exit(EXIT_CONFIG if all("not a URL" in p for p in problems) else EXIT_FAILED)
+        sys.exit(EXIT_NOTIFY_CONFIG if all("not a URL" in p for p in problems) else EXIT_NOTIFY_FAILED)
     click.echo(f"sent to {len(targets.urls)} target(s) from {targets.source}")

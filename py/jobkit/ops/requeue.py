@@ -34,6 +34,7 @@ from pathlib import Path
 import click
 
 from jobkit.core import failures, logparse
+from jobkit.core.errors import EXIT_BAD_INPUT, EXIT_NOT_RETRIED, JobkitError
 from jobkit.core.nodelist import expand_nodelist
 
 RETRYABLE = {
@@ -52,7 +53,6 @@ CLAIM_FILE = "requeue.json"
 TIME_LIMIT_LINE = re.compile(r"^== TIME LIMIT near", re.M)
 # The line a requeue leaves in the log (`command` prints it); jobkit monitor follows the new job from it.
 REQUEUED_LINE = re.compile(r"^== REQUEUED as job (\d+) .*==$", re.M)
-EXIT_NOT_RETRIED, EXIT_ERROR = 3, 1
 
 
 class RequeueError(Exception):
@@ -242,11 +242,10 @@ def command(log, dry_run):
         else:
             decision, job_id = requeue(path, dict(os.environ))
     except logparse.LogError as exc:
-        click.echo(f"jobkit requeue: {exc}", err=True)
-        sys.exit(EXIT_ERROR)
+        raise JobkitError("requeue", str(exc), EXIT_BAD_INPUT) from None
     except RequeueError as exc:
         click.echo(f"== REQUEUE FAILED: {exc} ==")
-        sys.exit(EXIT_ERROR)
+        sys.exit(EXIT_BAD_INPUT)
     total = 1 + decision.max_retries
     if job_id:
         also = f"; excluding {','.join(decision.exclude)}" if decision.exclude else ""

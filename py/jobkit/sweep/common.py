@@ -18,14 +18,13 @@ from pathlib import Path
 import click
 
 from jobkit.core import clitypes
-from jobkit.core.errors import JobkitError
+from jobkit.core.errors import EXIT_STOPPED, JobkitError
 from jobkit.core.nodelist import expand_nodelist
 from jobkit.core.paths import REPO_ROOT
 from jobkit.sweep import state
 from jobkit.sweep.engine import Engine, Policy, SweepInterrupted, SweepStopped
 from jobkit.sweep.jobs import LocalRunner, Runner, SlurmRunner
 
-EXIT_BAD_INPUT, EXIT_STOPPED = 1, 3
 # After the scheduler lets a job go, how long to wait for its log's JOB SUMMARY (shared filesystems lag).
 FOOTER_GRACE = 30.0
 
