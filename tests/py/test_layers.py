@@ -157,3 +157,23 @@ def test_listing_the_commands_imports_none_of_them():
         "jobkit.core.procfs",
     }, out
     assert "matplotlib" not in out and "numpy" not in out
+
+
+def test_every_module_imports_without_ray_jax_or_maxtext():
+    """The tools-only install (a login node, a container host) has none of the training stack: every module
+    must still import, each heavy dependency being imported inside the function that needs it."""
+    probe = (
+        "import importlib, importlib.abc, sys\n"
+        "BLOCKED = ('ray', 'jax', 'jaxlib', 'maxtext', 'MaxText')\n"
+        "class Block(importlib.abc.MetaPathFinder):\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name.split('.')[0] in BLOCKED:\n"
+        "            raise ImportError(f'{name} is blocked in this test')\n"
+        "sys.meta_path.insert(0, Block())\n"
+        f"for name in {sorted(n for n in MODULES if not n.endswith('__main__'))!r}:\n"
+        "    importlib.import_module(name)\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in BLOCKED))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.strip() == "[]"

@@ -15,6 +15,7 @@ import sys
 import click
 
 from jobkit.core.clitypes import SECONDS
+from jobkit.core.errors import JobkitError
 from jobkit.observe import promserver
 from jobkit.observe.tb_events import EventsError
 
@@ -22,7 +23,7 @@ _ONE_LINE_ERRORS = (EventsError, promserver.PromServerError)
 
 
 def _run(command, work):
-    """Runs WORK(); its user-facing errors become one line on stderr and exit 1."""
+    """Runs WORK(); its user-facing errors become a JobkitError (one line on stderr, exit 1)."""
     from jobkit.observe.tb_backfill import BackfillError
 
     try:
@@ -31,8 +32,7 @@ def _run(command, work):
         message = str(e)
     except OSError as e:
         message = f"{e.strerror or e}{f': {e.filename}' if e.filename else ''}"
-    click.echo(f"jobkit tb-bridge {command}: {message}", err=True)
-    sys.exit(1)
+    raise JobkitError(f"tb-bridge {command}", message)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
