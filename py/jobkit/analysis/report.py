@@ -138,10 +138,26 @@ def _when(ts) -> str:
 
 
 def render(a: Analysis) -> str:
+    """The page, section by section from the top; each builder returns its HTML fragments, one a line."""
     d = a.doc
-    job, thr, prov = d["job"], d["throughput"], d["provenance"]
+    sections = (
+        _page_head(d),
+        _verdict(d),
+        _anomalies(d),
+        _missing_panels(d),
+        _stages(d),
+        _training(a),
+        _hosts(a),
+        _page_foot(d),
+    )
+    return "\n".join(part for section in sections for part in section)
+
+
+def _page_head(d: dict) -> list[str]:
+    """The document's head, the title line with the status badge, and what ran: job, model, nodes, provenance."""
+    job, prov = d["job"], d["provenance"]
     status = job["status"] or "unknown"
-    parts = [
+    return [
         "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>",
         f"<title>{_e(job['id'])} {_e(job['name'])}: analysis</title><style>{CSS}</style></head><body>",
         f"<h1>{_e(job['name'] or job['id'])} <span class='badge {_e(status)}' id='status'>{_e(status)}</span></h1>",
@@ -153,9 +169,14 @@ def render(a: Analysis) -> str:
         f"<code>{_e(prov['commit'] or 'unknown')}</code> {_e(prov['commit_subject'] or '')}"
         f"{' · snapshot <code>' + _e(prov['artifact']) + '</code>' if prov['artifact'] else ''}</p>",
     ]
+
+
+def _verdict(d: dict) -> list[str]:
+    """A partial analysis said first, then one card per headline number (and the failure, if any)."""
+    parts = []
     if d["partial"]:
         parts.append(f"<p class='warn' id='partial'>Partial analysis: {_e(d['partial'])}.</p>")
-    failure = d["failure"]
+    thr, failure = d["throughput"], d["failure"]
     cards = [
         ("TGS (steady)", _stat_text(thr["tgs"]), thr["unavailable"] or f"steps {thr['window']}"),
         ("step time (steady)", _stat_text(thr["step_time_s"], " s"), f"{thr['steps']} steady steps"),
@@ -182,13 +203,18 @@ def render(a: Analysis) -> str:
         )
         + "</div>"
     )
-    parts.append("<h2>Anomalies</h2>")
+    return parts
+
+
+def _anomalies(d: dict) -> list[str]:
+    parts = ["<h2>Anomalies</h2>"]
     if d["anomalies"]:
         rows = [
             (_e(x["kind"]), _e(x["step"]), _e(x["host"] or ""), _e(x["message"]), f"<code>{_e(x['evidence'])}</code>")
             for x in d["anomalies"]
         ]
         parts.append(_table(("kind", "step", "host", "what", "evidence"), rows, "anomalies"))
+        # Each kind is listed up to anomalies.LIST_LIMIT times: say how many there were where the list was cut.
         cut = {k: n for k, n in d["anomaly_counts"].items() if n > sum(1 for x in d["anomalies"] if x["kind"] == k)}
         if cut:
             parts.append(
@@ -196,48 +222,64 @@ def render(a: Analysis) -> str:
             )
     else:
         parts.append("<p id='no-anomalies'>None found (rules: see <code>jobkit analyze --help</code>).</p>")
-    if d["missing"]:
-        parts.append(
-            "<h2>Missing panels</h2>"
-            + _table(("panel", "why"), [(_e(m["panel"]), _e(m["why"])) for m in d["missing"]], "missing")
-        )
-    parts.append("<h2>Stages</h2>")
-    parts.append(
+    return parts
+
+
+def _missing_panels(d: dict) -> list[str]:
+    if not d["missing"]:
+        return []
+    return [
+        "<h2>Missing panels</h2>"
+        + _table(("panel", "why"), [(_e(m["panel"]), _e(m["why"])) for m in d["missing"]], "missing")
+    ]
+
+
+def _stages(d: dict) -> list[str]:
+    return [
+        "<h2>Stages</h2>",
         _table(
             ("stage", "seconds", "result"), [(_e(s["name"]), _e(s["seconds"]), _e(s["result"])) for s in d["stages"]]
         )
         if d["stages"]
-        else "<p>No stage lines.</p>"
-    )
-    parts.append("<h2>Training</h2>")
-    parts += [f"<div class='panel'>{svg}</div>" for svg in _step_panels(a)]
-    parts.append("<h2>Hosts</h2>")
-    if d["hosts"]["available"]:
+        else "<p>No stage lines.</p>",
+    ]
+
+
+def _training(a: Analysis) -> list[str]:
+    return ["<h2>Training</h2>", *(f"<div class='panel'>{svg}</div>" for svg in _step_panels(a))]
+
+
+def _hosts(a: Analysis) -> list[str]:
+    """Every host on one time axis, then a table per resource and the error counters that rose."""
+    d = a.doc
+    if not d["hosts"]["available"]:
+        return ["<h2>Hosts</h2>", f"<p id='no-hosts'>No per-host metrics: {_e(d['hosts']['why_not'])}.</p>"]
+    parts = [
+        "<h2>Hosts</h2>",
+        f"<p class='muted'>From the job's TSDB <code>{_e(d['hosts']['tsdb'])}</code>; time axis in minutes from the first sample or marker.</p>",
+    ]
+    parts += [f"<div class='panel'>{svg}</div>" for svg in _host_panels(a)]
+    for key, res in d["hosts"]["resources"].items():
+        rows = [
+            (_e(h), _num(s["mean"]), _num(s["min"]), _num(s["max"]), _num(s["last"]), s["samples"])
+            for h, s in res["per_host"].items()
+        ]
         parts.append(
-            f"<p class='muted'>From the job's TSDB <code>{_e(d['hosts']['tsdb'])}</code>; time axis in minutes from the first sample or marker.</p>"
+            f"<h3>{_e(res['title'])} ({_e(res['unit'])})</h3>"
+            + _table(("host", "mean", "min", "max", "last", "samples"), rows, f"host-{key}")
         )
-        parts += [f"<div class='panel'>{svg}</div>" for svg in _host_panels(a)]
-        for key, res in d["hosts"]["resources"].items():
-            rows = [
-                (_e(h), _num(s["mean"]), _num(s["min"]), _num(s["max"]), _num(s["last"]), s["samples"])
-                for h, s in res["per_host"].items()
-            ]
-            parts.append(
-                f"<h3>{_e(res['title'])} ({_e(res['unit'])})</h3>"
-                + _table(("host", "mean", "min", "max", "last", "samples"), rows, f"host-{key}")
-            )
-        if d["hosts"]["error_counters"]:
-            rows = [
-                (_e(e["host"]), _e(e["metric"]), _e(e["device"]), _num(e["increase"]))
-                for e in d["hosts"]["error_counters"]
-            ]
-            parts.append(
-                "<h3>Error counters that rose</h3>" + _table(("host", "counter", "device", "increase"), rows, "errors")
-            )
-    else:
-        parts.append(f"<p id='no-hosts'>No per-host metrics: {_e(d['hosts']['why_not'])}.</p>")
-    parts.append(
+    if d["hosts"]["error_counters"]:
+        rows = [
+            (_e(e["host"]), _e(e["metric"]), _e(e["device"]), _num(e["increase"])) for e in d["hosts"]["error_counters"]
+        ]
+        parts.append(
+            "<h3>Error counters that rose</h3>" + _table(("host", "counter", "device", "increase"), rows, "errors")
+        )
+    return parts
+
+
+def _page_foot(d: dict) -> list[str]:
+    return [
         f"<p class='muted'>Written by <code>jobkit analyze</code> at {_e(_when(d['generated_at']))}; the numbers are in "
         "<a href='analysis.json'>analysis.json</a>.</p></body></html>"
-    )
-    return "\n".join(parts)
+    ]

@@ -99,6 +99,14 @@ def _probe(address: str, timeout: float = 5.0) -> str | None:
         return one_line(exc)
 
 
+class _Leave(Exception):
+    """Ends Driver.run before the commands are followed, with STATUS as its exit status (see Driver.run)."""
+
+    def __init__(self, status: int):
+        super().__init__(status)
+        self.status = status
+
+
 class Driver:
     def __init__(self, args: Options):
         self.args = args
@@ -179,51 +187,85 @@ class Driver:
         return None
 
     def run(self) -> int:
-        args = self.args
-        address = args.address
+        """Runs CMD on every node; the exit status described in the module docstring.
+
+        A step of 1-3 that cannot go on raises _Leave with the status to leave with: Ray missing or unreachable
+        (EXIT_UNREACHABLE: no command ran, the caller may run it without Ray) or a signal (128+N)."""
+        try:
+            # 1. Ray: importable, its head started (--ready-file), its address reachable, this driver connected.
+            self._import_ray()
+            self._wait_for_head()
+            self._probe_address()
+            self._connect()
+            # 2. One actor pinned to each alive node, once --nodes of them joined (one --nodes-timeout for both).
+            deadline = time.monotonic() + self.args.nodes_timeout
+            self._spawn_actors(self._wait_for_nodes(deadline), deadline)
+            # 3. The command started on every node.
+            self._start_commands()
+        except _Leave as leave:
+            return leave.status
+        # 4. Their output followed until every node reported (all stopped after a signal or a node's failure).
+        self._follow_until_done()
+        if self.signal:
+            return 128 + self.signal
+        # 5. The first failing node's status.
+        return self._exit_status()
+
+    def _leave_on_signal(self) -> None:
+        """After SIGTERM/SIGINT nothing more is started."""
+        if self.signal:
+            raise _Leave(128 + self.signal)
+
+    def _import_ray(self) -> None:
+        """Ray's environment for this driver, then whether Ray imports at all."""
+        address = self.args.address
         if address != "auto" and _is_loopback(address):
             # Ray swaps a loopback address for the first routable one unless single-node mode is on.
             os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
         os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
-        try:
-            import logging
-
-            import ray
-            from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+        try:  # the later steps import these again, from sys.modules
+            import ray  # noqa: F401
+            from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy  # noqa: F401
         except Exception as exc:
             _say(
                 f"cannot reach the Ray cluster at {address}: ray is not importable ({one_line(exc)}); "
                 "pip install 'ray[default]'"
             )
-            return EXIT_UNREACHABLE
-        if args.ready_file:
-            status = self.wait_ready_file(args.ready_file, args.connect_timeout)
-            if status != "0":
-                _say(
-                    f"the Ray head did not start ({'no status' if status is None else 'status ' + status} in "
-                    f"{args.ready_file}): not starting the command"
-                )
-                return 128 + self.signal if self.signal else EXIT_UNREACHABLE
+            raise _Leave(EXIT_UNREACHABLE) from None
+
+    def _wait_for_head(self) -> None:
+        """--ready-file: go on only once the head's start status there is 0."""
+        args = self.args
+        if not args.ready_file:
+            return
+        status = self.wait_ready_file(args.ready_file, args.connect_timeout)
+        if status != "0":
+            _say(
+                f"the Ray head did not start ({'no status' if status is None else 'status ' + status} in "
+                f"{args.ready_file}): not starting the command"
+            )
+            raise _Leave(128 + self.signal if self.signal else EXIT_UNREACHABLE)
+
+    def _probe_address(self) -> None:
+        address = self.args.address
         if address != "auto":
             why = _probe(address)
             if why:
                 _say(f"cannot reach the Ray cluster at {address}: {why}")
-                return EXIT_UNREACHABLE
+                raise _Leave(EXIT_UNREACHABLE)
+
+    def _connect(self) -> None:
+        """ray.init, bounded by --connect-timeout; then our signal handlers again."""
+        import logging
+
+        import ray
+
+        address = self.args.address
         # Ship the actor's code by value: the nodes need not be able to import jobkit.
         for module in (ray_actor, procfs):
             ray.cloudpickle.register_pickle_by_value(module)
-        # ray.init retries for minutes (forever, seen with a wrong node address): bound it.
         connected = threading.Event()
-
-        def give_up():
-            if not connected.wait(args.connect_timeout):
-                _say(
-                    f"cannot reach the Ray cluster at {address}: no connection within {args.connect_timeout:g} s "
-                    "(--connect-timeout)"
-                )
-                _exit(EXIT_UNREACHABLE)
-
-        threading.Thread(target=give_up, daemon=True).start()
+        threading.Thread(target=self._exit_unless_connected, args=(connected,), daemon=True).start()
         try:
             ray.init(
                 address=address,
@@ -234,31 +276,48 @@ class Driver:
             )
         except Exception as exc:
             _say(f"cannot reach the Ray cluster at {address}: {one_line(exc)}")
-            return EXIT_UNREACHABLE
+            raise _Leave(EXIT_UNREACHABLE) from None
         finally:
             connected.set()
         # Ray's core installs its own SIGTERM handler (logs a stack and exits 15): ours again.
         for signum in (signal.SIGTERM, signal.SIGINT):
             signal.signal(signum, self.on_signal)
-        if self.signal:
-            return 128 + self.signal
+        self._leave_on_signal()
 
-        deadline = time.monotonic() + args.nodes_timeout
+    def _exit_unless_connected(self, connected: threading.Event) -> None:
+        """ray.init retries for minutes (forever, seen with a wrong node address): a thread bounds it."""
+        if not connected.wait(self.args.connect_timeout):
+            _say(
+                f"cannot reach the Ray cluster at {self.args.address}: no connection within "
+                f"{self.args.connect_timeout:g} s (--connect-timeout)"
+            )
+            _exit(EXIT_UNREACHABLE)
+
+    def _wait_for_nodes(self, deadline: float) -> list[dict]:
+        """The alive nodes once there are --nodes of them, this driver's node first."""
+        import ray
+
+        args = self.args
         while True:
             nodes = [n for n in ray.nodes() if n.get("Alive")]
             if len(nodes) >= args.nodes:
                 break
             if time.monotonic() > deadline or self.signal:
-                if self.signal:
-                    return 128 + self.signal
+                self._leave_on_signal()
                 _say(
-                    f"cannot reach the Ray cluster at {address}: only {len(nodes)} of {args.nodes} node(s) "
+                    f"cannot reach the Ray cluster at {args.address}: only {len(nodes)} of {args.nodes} node(s) "
                     f"joined within {args.nodes_timeout:g} s"
                 )
-                return EXIT_UNREACHABLE
+                raise _Leave(EXIT_UNREACHABLE)
             self.stopped.wait(0.5)
         here = ray.get_runtime_context().get_node_id()
         nodes.sort(key=lambda n: (n["NodeID"] != here, n.get("NodeManagerAddress", ""), n["NodeID"]))
+        return nodes
+
+    def _spawn_actors(self, nodes: list[dict], deadline: float) -> None:
+        """One NodeRunner pinned to each node (node i is actor i), and what each says about its node."""
+        import ray
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         remote = ray.remote(num_cpus=0, num_gpus=0, max_concurrency=4, max_restarts=0)(ray_actor.NodeRunner)
         job = ray.get_runtime_context().get_job_id()
@@ -272,28 +331,36 @@ class Driver:
         try:
             self.infos = ray.get([a.info.remote() for a in self.actors], timeout=max(1.0, deadline - time.monotonic()))
         except Exception as exc:
-            if self.signal:
-                return 128 + self.signal
-            _say(f"cannot reach the Ray cluster at {address}: the per-node actors did not start: {one_line(exc)}")
-            return EXIT_UNREACHABLE
-        if self.signal:
-            return 128 + self.signal
+            self._leave_on_signal()
+            _say(
+                f"cannot reach the Ray cluster at {self.args.address}: the per-node actors did not start: "
+                f"{one_line(exc)}"
+            )
+            raise _Leave(EXIT_UNREACHABLE) from None
+        self._leave_on_signal()
+
+    def _start_commands(self) -> None:
+        """CMD started by every actor, their output streams opened, one line per node on stderr."""
+        import ray
 
         cwd = os.getcwd()
-        start_refs = [a.start.remote(args.cmd, cwd) for a in self.actors]
+        start_refs = [a.start.remote(self.args.cmd, cwd) for a in self.actors]
         starts = []
         for i, ref in enumerate(start_refs):
             try:
                 starts.append(ray.get(ref))
             except Exception as exc:
                 # Nothing worth keeping ran yet: stop what did start and let the caller run without Ray.
-                _say(f"cannot reach the Ray cluster at {address}: the actor on {self.label(i)} failed: {one_line(exc)}")
+                _say(
+                    f"cannot reach the Ray cluster at {self.args.address}: the actor on {self.label(i)} failed: "
+                    f"{one_line(exc)}"
+                )
                 for actor in self.actors:
                     try:
                         ray.get(actor.stop.remote(0), timeout=10)
                     except Exception:
                         pass
-                return EXIT_UNREACHABLE
+                raise _Leave(EXIT_UNREACHABLE) from None
         self.streams = [a.stream.options(num_returns="streaming").remote() for a in self.actors]
         for i, st in enumerate(starts):
             if st["error"]:
@@ -305,9 +372,13 @@ class Driver:
                 )
             if st.get("warning"):
                 _say(f"{self.label(i)}: {st['warning']}")
+
+    def _follow_until_done(self) -> None:
+        """One thread per node follows its output. A signal, or a node that failed --failure-grace ago, stops the
+        commands still running; nodes that have not reported --grace + 15 s later are left to Ray."""
+        args = self.args
         for i in range(len(self.actors)):
             threading.Thread(target=self.follow, args=(i,), daemon=True).start()
-
         stop_sent = None
         while len(self.results) < len(self.actors):
             self.done.wait(0.2)
@@ -326,8 +397,8 @@ class Driver:
             elif self.failed_at is not None and time.monotonic() - self.failed_at > args.failure_grace:
                 self._stop_all(f"a node failed {args.failure_grace:g} s ago")
                 stop_sent = time.monotonic()
-        if self.signal:
-            return 128 + self.signal
+
+    def _exit_status(self) -> int:
         # Nodes stopped because another one failed are not the cause: they count only if nothing else failed.
         results = []
         for i, info in enumerate(self.infos):

@@ -301,52 +301,25 @@ def backfill(
     def log(msg):
         out(msg, flush=True)
 
-    labels = parse_labels(label_pairs)
-    host = host or labels.get("host") or socket.gethostname().split(".", 1)[0]
-    final = scrape_labels(host, labels)
-    if not os.path.exists(logdir) and not job_log:
-        raise BackfillError(f"no such log dir: {logdir}")
-    files = find_event_files(logdir, since) if os.path.exists(logdir) else []
-    if not files and not job_log:
-        raise BackfillError(f"no TensorBoard event file ({EVENT_PREFIX}*) under {logdir}")
+    # 1. What to add: every scalar of the event files (and the job log's later steps), with their labels.
+    final = _final_labels(label_pairs, host)
+    files = _event_files(logdir, since, job_log)
     series, _fold = collect_series(files, log=None if dry_run else log)
     if job_log:
-        known = [v for _, v in series.get(STEP_METRIC, (None, []))[1]]
-        last = int(max(known)) if known else None
-        extra = log_steps.series_after(job_log, last, last_step_by_metric(series))
-        if extra:
-            n = len(extra.get(STEP_METRIC, (None, []))[1])
-            log(
-                f"{n} step(s) after the event files' last ({last if last is not None else 'none'}) taken from {job_log}"
-            )
-            series = log_steps.merge(series, extra)
+        series = _with_log_steps(series, job_log, log)
     samples = sum(len(points) for _, points in series.values())
     if dry_run:
         out(openmetrics_text(series, final), end="")
         return 0
-    if not os.path.isdir(tsdb):
-        raise BackfillError(f"TSDB dir {tsdb} does not exist")
-    busy = promserver.serving_pid(tsdb)
-    if busy:
-        raise BackfillError(f"{tsdb} is in use by a running Prometheus (pid {busy}): stop it before the backfill")
-    promtool = find_promtool(promtool)
-    if not promtool:
-        raise BackfillError("promtool not found (PATH, /usr/bin); install Prometheus's promtool or pass --promtool")
+    # 2. Where to: a TSDB no Prometheus holds, with promtool to add blocks to it.
+    promtool = _check_target(tsdb, promtool)
     if not series:
         log(f"no scalar events in {len(files)} event file(s) under {logdir}: nothing to backfill")
         _mark_done(tsdb, samples=0, steps=0)
         return 0
+    # 3. The WAL persisted as a block first (see the module docstring), then the new blocks, then DONE.
     if wal_has_data(tsdb):
-        try:
-            binary = promserver.find_binary(prometheus)
-        except promserver.PromServerError as e:
-            raise BackfillError(str(e)) from None
-        if not binary:
-            raise BackfillError(
-                "prometheus not found (PROMETHEUS_BIN, PATH, /usr/bin): it is needed to persist the "
-                "TSDB's WAL before adding blocks (else Prometheus would drop WAL data); pass --prometheus"
-            )
-        persist_head(tsdb, binary, log)
+        persist_head(tsdb, _find_prometheus(prometheus), log)
     _create_blocks(promtool, openmetrics_chunks(series, final, CHUNK_SAMPLES), tsdb)
     steps = len(series.get(STEP_METRIC, ("", []))[1])
     _mark_done(tsdb, samples=samples, steps=steps)
@@ -356,6 +329,63 @@ def backfill(
         f"into {tsdb}, labels {{{label_text}}}"
     )
     return 0
+
+
+def _final_labels(label_pairs, host):
+    """The labels every sample gets: --label's, with the bridge's host (--host, else --label host, else this
+    machine's short name)."""
+    labels = parse_labels(label_pairs)
+    host = host or labels.get("host") or socket.gethostname().split(".", 1)[0]
+    return scrape_labels(host, labels)
+
+
+def _event_files(logdir, since, job_log):
+    """The event files under LOGDIR; none is fine only when the job log can stand in for them."""
+    if not os.path.exists(logdir) and not job_log:
+        raise BackfillError(f"no such log dir: {logdir}")
+    files = find_event_files(logdir, since) if os.path.exists(logdir) else []
+    if not files and not job_log:
+        raise BackfillError(f"no TensorBoard event file ({EVENT_PREFIX}*) under {logdir}")
+    return files
+
+
+def _with_log_steps(series, job_log, log):
+    """SERIES plus the steps JOB_LOG shows after the event files' last one."""
+    known = [v for _, v in series.get(STEP_METRIC, (None, []))[1]]
+    last = int(max(known)) if known else None
+    extra = log_steps.series_after(job_log, last, last_step_by_metric(series))
+    if extra:
+        n = len(extra.get(STEP_METRIC, (None, []))[1])
+        log(f"{n} step(s) after the event files' last ({last if last is not None else 'none'}) taken from {job_log}")
+        series = log_steps.merge(series, extra)
+    return series
+
+
+def _check_target(tsdb, promtool):
+    """The promtool to use, once TSDB is there and no Prometheus holds it."""
+    if not os.path.isdir(tsdb):
+        raise BackfillError(f"TSDB dir {tsdb} does not exist")
+    busy = promserver.serving_pid(tsdb)
+    if busy:
+        raise BackfillError(f"{tsdb} is in use by a running Prometheus (pid {busy}): stop it before the backfill")
+    promtool = find_promtool(promtool)
+    if not promtool:
+        raise BackfillError("promtool not found (PATH, /usr/bin); install Prometheus's promtool or pass --promtool")
+    return promtool
+
+
+def _find_prometheus(given):
+    """The prometheus binary persist_head needs."""
+    try:
+        binary = promserver.find_binary(given)
+    except promserver.PromServerError as e:
+        raise BackfillError(str(e)) from None
+    if not binary:
+        raise BackfillError(
+            "prometheus not found (PROMETHEUS_BIN, PATH, /usr/bin): it is needed to persist the "
+            "TSDB's WAL before adding blocks (else Prometheus would drop WAL data); pass --prometheus"
+        )
+    return binary
 
 
 def _create_blocks(promtool, texts, tsdb):

@@ -143,16 +143,9 @@ class _ParentWatch:
 
 def serve(logdir, host, out, interval=1.0, parent_pid=0, since=0):
     """Runs the daemon until a signal or the parent's exit; returns 0."""
-    prefix = f"[tb_bridge {host}] "
-
-    def log(msg):
-        sys.stderr.write(time.strftime("%Y-%m-%d %H:%M:%S ") + prefix + msg + "\n")
-        sys.stderr.flush()
-
-    try:
-        os.setsid()  # out of the plugin's process group: the exporter kills that group on a timeout
-    except OSError:
-        pass
+    log = _stderr_log(f"[tb_bridge {host}] ")
+    # 1. Setup: a session of its own, --out's dir there, the parent still alive, signals caught, the pid file.
+    _own_session()
     out_dir = os.path.dirname(os.path.abspath(out))
     if not os.path.isdir(out_dir):
         raise EventsError(f"directory of --out {out} does not exist")
@@ -161,6 +154,51 @@ def serve(logdir, host, out, interval=1.0, parent_pid=0, since=0):
     if watch.gone():
         log(f"parent pid {parent_pid} is gone: not starting")
         return 0
+    wake_r, stopping = _catch_stop_signals()
+    write_atomic(pidfile, f"{os.getpid()}\n")
+    log(
+        f"pid {os.getpid()}: looking for {EVENT_PREFIX}* under {logdir}"
+        f"{f' created since {since}' if since else ''}, writing {out} every {interval:g}s"
+        f"{f', until pid {parent_pid} exits' if parent_pid else ''}"
+    )
+    waits = [wake_r] + ([watch.fd] if watch.fd is not None and watch.fd >= 0 else [])
+    follower = _Follower(logdir, since, host, out, interval, log)
+    reason = "stopped"
+    try:
+        # 2. One cycle per --interval (sooner after a signal or the parent's exit): the newest scalars into OUT.
+        while not stopping:
+            follower.cycle()
+            readable = _wait(waits, wake_r, interval)
+            if watch.gone(readable):
+                reason = f"parent pid {parent_pid} exited"
+                break
+        if stopping:
+            reason = f"signal {signal.Signals(stopping[0]).name}"
+    finally:
+        # 3. Teardown, however the loop ended: OUT, OUT.pid and a half-written OUT.tmp.<pid> go.
+        _remove(out, pidfile, f"{out}.tmp.{os.getpid()}")
+    log(f"exiting ({reason})")
+    return 0
+
+
+def _stderr_log(prefix):
+    def log(msg):
+        sys.stderr.write(time.strftime("%Y-%m-%d %H:%M:%S ") + prefix + msg + "\n")
+        sys.stderr.flush()
+
+    return log
+
+
+def _own_session():
+    try:
+        os.setsid()  # out of the plugin's process group: the exporter kills that group on a timeout
+    except OSError:
+        pass
+
+
+def _catch_stop_signals():
+    """(the read end of the wakeup pipe, the list of caught signals): SIGTERM/SIGINT/SIGHUP are appended to that
+    list, and their wakeup byte on the pipe ends the loop's select() at once."""
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_r, False)
     os.set_blocking(wake_w, False)
@@ -172,61 +210,67 @@ def serve(logdir, host, out, interval=1.0, parent_pid=0, since=0):
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, on_signal)
     signal.set_wakeup_fd(wake_w)
-    write_atomic(pidfile, f"{os.getpid()}\n")
-    log(
-        f"pid {os.getpid()}: looking for {EVENT_PREFIX}* under {logdir}"
-        f"{f' created since {since}' if since else ''}, writing {out} every {interval:g}s"
-        f"{f', until pid {parent_pid} exits' if parent_pid else ''}"
-    )
-    waits = [wake_r] + ([watch.fd] if watch.fd is not None and watch.fd >= 0 else [])
-    reader, latest = None, Latest(log)
-    started = time.monotonic()
-    next_quick = next_full = started
-    reason = "stopped"
-    try:
-        while not stopping:
-            now = time.monotonic()
-            if now >= next_quick:
-                if reader is None:
-                    full = now >= next_full
-                    files = find_event_files(logdir, since, quick=not full)
-                    late = now - started > 300
-                    next_quick = now + (10 if late else 2)
-                    if full:
-                        next_full = now + (120 if late else 30)
-                else:  # a newer file (training restarted within the job)? A cheap look once a minute.
-                    files = find_event_files(logdir, since, quick=True)
-                    next_quick = now + 60
-                    if files and (files[-1] == reader.path or file_order(files[-1]) < file_order(reader.path)):
-                        files = []
-                if files:
-                    # The data CRCs are left to the final backfill: the live gauge only needs the framing.
-                    reader, latest = ScalarReader(files[-1], check_data=False), Latest(log)
-                    log(f"reading {files[-1]}")
-            if reader is not None:
-                try:
-                    scalars = reader.poll()
-                except CorruptRecord as e:
-                    log(f"{e}: no more steps from this file until a newer one appears")
-                    scalars = []
-                except (OSError, FileReplaced) as e:
-                    log(f"lost {reader.path} ({e.__class__.__name__}): looking for an event file again")
-                    reader, next_quick, next_full = None, now + interval, now + interval
-                    scalars = []
-                if scalars and latest.add(scalars):
-                    write_atomic(out, latest.render(host))
-            readable, _, _ = select.select(waits, [], [], interval)
-            if wake_r in readable:
-                try:
-                    os.read(wake_r, 512)
-                except BlockingIOError:
-                    pass
-            if watch.gone(readable):
-                reason = f"parent pid {parent_pid} exited"
-                break
-        if stopping:
-            reason = f"signal {signal.Signals(stopping[0]).name}"
-    finally:
-        _remove(out, pidfile, f"{out}.tmp.{os.getpid()}")
-    log(f"exiting ({reason})")
-    return 0
+    return wake_r, stopping
+
+
+def _wait(waits, wake_r, interval):
+    """Up to INTERVAL in select() on WAITS; the readable ones (a signal's wakeup bytes read off the pipe)."""
+    readable, _, _ = select.select(waits, [], [], interval)
+    if wake_r in readable:
+        try:
+            os.read(wake_r, 512)
+        except BlockingIOError:
+            pass
+    return readable
+
+
+class _Follower:
+    """What one cycle of serve() hands to the next: the event file being read, its newest scalars, and when to
+    look for an event file (again)."""
+
+    def __init__(self, logdir, since, host, out, interval, log):
+        self.logdir, self.since, self.host, self.out, self.interval, self.log = logdir, since, host, out, interval, log
+        self.reader, self.latest = None, Latest(log)
+        self.started = time.monotonic()
+        self.next_quick = self.next_full = self.started
+
+    def cycle(self):
+        now = time.monotonic()
+        if now >= self.next_quick:
+            self._look_for_file(now)
+        if self.reader is not None:
+            self._read_new_scalars(now)
+
+    def _look_for_file(self, now):
+        """Until there is a file: the usual places every 2 s, the whole tree every 30 s (10 s / 120 s after 5
+        minutes). Then the usual places once a minute, for a newer file."""
+        if self.reader is None:
+            full = now >= self.next_full
+            files = find_event_files(self.logdir, self.since, quick=not full)
+            late = now - self.started > 300
+            self.next_quick = now + (10 if late else 2)
+            if full:
+                self.next_full = now + (120 if late else 30)
+        else:  # a newer file (training restarted within the job)? A cheap look once a minute.
+            files = find_event_files(self.logdir, self.since, quick=True)
+            self.next_quick = now + 60
+            if files and (files[-1] == self.reader.path or file_order(files[-1]) < file_order(self.reader.path)):
+                files = []
+        if files:
+            # The data CRCs are left to the final backfill: the live gauge only needs the framing.
+            self.reader, self.latest = ScalarReader(files[-1], check_data=False), Latest(self.log)
+            self.log(f"reading {files[-1]}")
+
+    def _read_new_scalars(self, now):
+        """What the file gained since the last cycle; OUT replaced when that holds new scalars."""
+        try:
+            scalars = self.reader.poll()
+        except CorruptRecord as e:
+            self.log(f"{e}: no more steps from this file until a newer one appears")
+            scalars = []
+        except (OSError, FileReplaced) as e:
+            self.log(f"lost {self.reader.path} ({e.__class__.__name__}): looking for an event file again")
+            self.reader, self.next_quick, self.next_full = None, now + self.interval, now + self.interval
+            scalars = []
+        if scalars and self.latest.add(scalars):
+            write_atomic(self.out, self.latest.render(self.host))

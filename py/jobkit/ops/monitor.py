@@ -247,9 +247,29 @@ class Monitor:
         log = follow_log(record, log_path) if log_path else None
         name = (log.header.get("MODEL_NAME", "") + f" {log.nnodes}N") if log and log.nnodes else ""
         who = f"({name}) " if name else ""
-        events: list[Event] = []
 
         # 1. Scheduler state: squeue while it lists the job, then sacct, then the log's JOB SUMMARY.
+        state, events = self._look_at_state(job_id, record, log, queued, scheduler_answered, who)
+        if log is None:
+            if state in ENDED:
+                record["done"] = True
+            return events
+        # 2. Progress: first step, the watchdog's hang marker, the monitor's own stall check, TGS drop.
+        events += self._look_at_progress(job_id, record, log, log_path, state, who)
+        # 3. The end: verdict, failure class, requeue (read from the log's tail, once it has a JOB SUMMARY).
+        events += self._look_at_end(job_id, record, log, log_path, state, who)
+        return events
+
+    def _look_at_state(
+        self,
+        job_id: str,
+        record: dict,
+        log: logparse.JobLog | None,
+        queued: str | None,
+        scheduler_answered: bool,
+        who: str,
+    ) -> tuple[str | None, list[Event]]:
+        """The job's state now, and the state event when it changed."""
         state = queued
         if state is None and not job_id.startswith("local_"):
             if not scheduler_answered and log and log.footer_status is None:
@@ -258,18 +278,19 @@ class Monitor:
                 state = final_state(job_id)
         if state is None and log is not None:
             state = STATUS_TO_STATE.get(log.footer_status or "", "RUNNING")
+        events: list[Event] = []
         if state and state != record["state"]:
             was = record["state"]
             record["state"] = state
             events += self._emit(
                 record, job_id, f"state:{state}", "state", f"{who}{state}" + (f" (was {was})" if was else "")
             )
-        if log is None:
-            if state in ENDED:
-                record["done"] = True
-            return events
+        return state, events
 
-        # 2. Progress: first step, the watchdog's hang marker, the monitor's own stall check, TGS drop.
+    def _look_at_progress(
+        self, job_id: str, record: dict, log: logparse.JobLog, log_path: Path, state: str | None, who: str
+    ) -> list[Event]:
+        events: list[Event] = []
         entries = log.entries  # this poll's new rank-0 steps
         if "first_step" in record:
             events += self._emit(
@@ -316,8 +337,14 @@ class Monitor:
                     )
             else:
                 record["tgs_low"] = False  # recovered: the next drop is news again
+        return events
 
-        # 3. The end: verdict, failure class, requeue (read from the log's tail, once it has a JOB SUMMARY).
+    def _look_at_end(
+        self, job_id: str, record: dict, log: logparse.JobLog, log_path: Path, state: str | None, who: str
+    ) -> list[Event]:
+        """Also marks the job done once nothing more can come (its requeue decided or waited for), and then
+        completes its TSDB's TensorBoard backfill if that is still pending."""
+        events: list[Event] = []
         if log.footer_status is not None:
             text = failures.read_tail(str(log_path))
             if record.get("first_step") is not None and not log.entries:
