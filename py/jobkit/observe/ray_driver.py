@@ -30,10 +30,10 @@ from dataclasses import dataclass
 import click
 
 from jobkit.core import procfs
+from jobkit.core.errors import EXIT_UNREACHABLE
 from jobkit.observe import ray_actor
 from jobkit.observe.ray_actor import one_line
 
-EXIT_UNREACHABLE = 75
 PREFIX = "[ray_launch]"  # what the job log's readers (and tests) look for; unchanged by the rename
 NAMESPACE = "jobkit"
 

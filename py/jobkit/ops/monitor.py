@@ -38,6 +38,7 @@ from pathlib import Path
 import click
 
 from jobkit.core import failures, logparse, slurm
+from jobkit.core.errors import EXIT_USAGE, JobkitError
 from jobkit.core.paths import workspace
 from jobkit.ops import notify, requeue
 
@@ -499,32 +500,27 @@ def command(jobs, ws, sweep, interval, once, daemon, stop_daemon, state_file, le
     if stop_daemon:
         pid = _pid_alive(pid_file)
         if pid is None:
-            click.echo(f"jobkit monitor: no monitor running for {state_path}", err=True)
-            sys.exit(1)
+            raise JobkitError("monitor", f"no monitor running for {state_path}")
         os.kill(pid, signal.SIGTERM)
         click.echo(f"stopped monitor {pid}")
         return
     bad = [j for j in jobs if not re.fullmatch(r"\d+(?:_\d+)?|local_\d{8}_\d{6}_[0-9a-f]{4}", j)]
     if bad:
-        click.echo(f"jobkit monitor: '{bad[0]}' is not a job id; give Slurm job ids (see 'jobkit jobs')", err=True)
-        sys.exit(2)
+        raise JobkitError("monitor", f"'{bad[0]}' is not a job id; give Slurm job ids (see 'jobkit jobs')", EXIT_USAGE)
     targets = None
     if not no_notify:
         try:
             targets = notify.find_targets()
         except (notify.NotifyError, OSError) as exc:
-            click.echo(f"jobkit monitor: {exc}", err=True)
-            sys.exit(2)
+            raise JobkitError("monitor", str(exc), EXIT_USAGE) from None
     try:
         monitor = Monitor(ws_path, state_path, list(jobs), sweep, stall, tgs_drop)
     except MonitorError as exc:
-        click.echo(f"jobkit monitor: {exc}", err=True)
-        sys.exit(2)
+        raise JobkitError("monitor", str(exc), EXIT_USAGE) from None
     if daemon:
         running = _pid_alive(pid_file)
         if running:
-            click.echo(f"jobkit monitor: already running as pid {running} ({pid_file}); stop it with --stop", err=True)
-            sys.exit(1)
+            raise JobkitError("monitor", f"already running as pid {running} ({pid_file}); stop it with --stop")
         state_path.parent.mkdir(parents=True, exist_ok=True)
         log_file = state_path.with_name(state_path.stem + ".log")
         click.echo(f"monitor started in the background; log {log_file}, pid file {pid_file}")
@@ -539,8 +535,7 @@ def command(jobs, ws, sweep, interval, once, daemon, stop_daemon, state_file, le
             try:
                 events = monitor.poll()
             except MonitorError as exc:
-                click.echo(f"jobkit monitor: {exc}", err=True)
-                sys.exit(2)
+                raise JobkitError("monitor", str(exc), EXIT_USAGE) from None
             monitor.save()  # before printing or sending: a restart never repeats an alert
             for event in events:
                 click.echo(event.line())
