@@ -1,8 +1,14 @@
 #!/usr/bin/env bash
-# Usage: tests/run.sh [bats|py ...] [-- extra pytest args]
-# Summary: Set up what the tests need, run the bats and pytest suites, end with "N passed, N failed"
+# Usage: tests/run.sh [fast] [bats|py ...] [-- extra pytest args]
+# Summary: Set up what the tests need, run the bats and pytest suites (all, or the fast tier), end with "N passed, N failed"
 #
-# With no suite named, runs both. Exit status is non-zero when any test fails or a suite cannot run.
+# With no suite named, runs both. With no tier named, runs every test (what CI runs: about 27 minutes on 2
+# cores). `fast` runs only the tests that start nothing real (no training job, Slurm cluster, container,
+# Ray node, Prometheus or browser; a few minutes): it leaves out the tests tagged e2e, with pytest's
+# -m "not e2e" (the marker is given in tests/py/conftest.py) and bats' --filter-tags '!e2e'.
+#   tests/run.sh fast                 the fast tier of both suites
+#   tests/run.sh fast py -- -k tgs    the fast tier of the pytest suite, narrowed further
+# Exit status is non-zero when any test fails or a suite cannot run.
 set -euo pipefail
 [[ -n ${_DEBUG:-} ]] && set -x
 
@@ -12,12 +18,12 @@ cd "$REPO_DIR"
 
 _usage() { sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "${BASH_SOURCE[0]}"; }
 
-passed=0 failed=0 skipped=0 broken=""
+passed=0 failed=0 skipped=0 broken="" fast=""
 
 _run_bats() {
   local tap rc=0
   tap=$(mktemp)
-  bats --tap tests/bats | tee "$tap" || rc=$?
+  bats --tap ${fast:+--filter-tags '!e2e'} tests/bats | tee "$tap" || rc=$?
   local ok not_ok skip
   ok=$(grep -c '^ok ' "$tap" || true)
   skip=$(grep -Ec '^ok .* # skip' "$tap" || true)
@@ -32,7 +38,7 @@ _run_pytest() {
   xml=$(mktemp --suffix=.xml)
   # Test files or node ids given (`-- tests/py/test_x.py`): only those, not the whole directory as well.
   for arg; do [[ $arg == tests/py/* ]] && where=""; done
-  python -m pytest ${where:+"$where"} -p no:cacheprovider -rfE --junitxml="$xml" "$@" || rc=$?
+  python -m pytest ${where:+"$where"} -p no:cacheprovider -rfE --junitxml="$xml" ${fast:+-m "not e2e"} "$@" || rc=$?
   if [[ -s $xml ]]; then
     local counts
     counts=$(python - "$xml" <<'PY'
@@ -59,9 +65,10 @@ main() {
   while (( $# )); do
     case $1 in
       -h|--help) _usage; exit 0 ;;
+      fast) fast=1 ;;
       bats|py) suites+=("$1") ;;
       --) shift; pytest_args=("$@"); break ;;
-      *) echo "$_PROG: unknown argument '$1' (suites: bats, py)" >&2; exit 2 ;;
+      *) echo "$_PROG: unknown argument '$1' (tier: fast; suites: bats, py)" >&2; exit 2 ;;
     esac
     shift
   done
@@ -79,7 +86,7 @@ main() {
     esac
   done
   echo
-  echo "suites: ${suites[*]}; ${skipped} skipped; $((SECONDS - start)) s${broken:+; could not finish:$broken}"
+  echo "suites: ${suites[*]}${fast:+ (fast tier: e2e tests left out)}; ${skipped} skipped; $((SECONDS - start)) s${broken:+; could not finish:$broken}"
   if [[ -n $broken ]]; then failed=$((failed + 1)); fi
   echo "$passed passed, $failed failed"
   (( failed == 0 ))

@@ -54,6 +54,8 @@ load test_helper
   [ ! -e "$BATS_TEST_TMPDIR/venv" ]
 }
 
+# e2e (tests/run.sh fast leaves it out): it builds a real venv, installing from the package index.
+# bats test_tags=e2e
 @test "--tools builds the light set: the jobkit command and its libraries, no MaxText, JAX or Ray" {
   local venv=$BATS_TEST_TMPDIR/tools-venv
   VENV_DIR=$venv run "$REPO_DIR/utils/setup_env.sh" --tools

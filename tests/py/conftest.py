@@ -1,7 +1,8 @@
-"""Shared test helpers: repo paths and PATH stubs for accelerator tools."""
+"""Shared test helpers: repo paths, PATH stubs for accelerator tools, and the e2e marker (tests/run.sh fast)."""
 
 import os
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,45 @@ JOBKIT_LOGS = FIXTURES / "jobkit"
 TOOLS = FIXTURES / "tools"
 
 # jobkit itself is installed (editable) in the venv that tests/run.sh sets up.
+
+# ---------------------------------------------------------------------------------------------------------
+# The e2e marker: tests that start real things (a training job, a Slurm cluster, a container, a Ray node, a
+# Prometheus, a browser). `tests/run.sh fast` deselects them with -m "not e2e"; `tests/run.sh` runs them.
+#
+# A test is e2e when it uses one of these fixtures, directly or through another fixture (item.fixturenames
+# is the whole closure). A fixture is named here by its name alone, so each name must be defined once in
+# tests/py (tests/py/test_tiers.py checks that, and that each is defined in the module given here).
+E2E_FIXTURES = {
+    "local_cluster": "slurm_cluster",  # utils/local_cluster.sh up -N 2: real slurmctld/slurmd daemons
+    "profiled_job": "profile_job",  # run_local.sh tiny with the profiler and an XLA dump
+    "cpu_image": "test_containers",  # utils/build_image.sh, then podman runs the image
+    "ray_job": "test_analyze",  # RAY=1 run_local.sh tiny: Ray, the exporter, a Prometheus
+    "plain_job": "test_analyze",  # run_local.sh tiny
+    "failed_job": "test_analyze",  # run_local.sh tiny with a bad key (MaxText starts, then fails)
+    "real_runs": "test_launch",  # `jobkit launch configs/tiny.yml`: real MaxText training, 3 steps
+    "cluster": "test_ray_launch",  # a real Ray head (utils/lib/ray_cluster.sh ray_start_head)
+    "prometheus_bin": "test_prometheus",  # installs Prometheus; the tests that take it run one
+    "prometheus_ready": "test_tb_bridge",  # installs Prometheus; its test runs one
+    "prometheus_installed": "conftest",  # installs Prometheus (apt) for a test that runs promtool itself
+}
+# Tests that start real things in their own bodies, with no such fixture, carry the mark themselves
+# (`pytestmark = pytest.mark.e2e` in test_run_local.py, test_observability.py, test_coredump.py;
+# `@pytest.mark.e2e` on the browser tests in test_dashboard.py and the run_local.sh test in
+# test_hang_watchdog.py).
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers",
+        "e2e: starts real things (a job, a Slurm cluster, a container, Ray, Prometheus, a browser); "
+        "tests/run.sh fast leaves it out",
+    )
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if not item.get_closest_marker("e2e") and E2E_FIXTURES.keys() & set(item.fixturenames):
+            item.add_marker(pytest.mark.e2e)
 
 
 @pytest.fixture
@@ -44,3 +84,13 @@ def clean_env(monkeypatch):
     for name in ("HARDWARE_PEAK_TFLOPS", "JAX_PLATFORMS", "MAXTEXT_FAST_EXIT"):
         monkeypatch.delenv(name, raising=False)
     return os.environ
+
+
+@pytest.fixture(scope="session")
+def prometheus_installed():
+    """Prometheus and promtool installed (utils/prometheus.sh install: apt on a fresh machine, else a no-op)."""
+    proc = subprocess.run(
+        [str(REPO / "utils" / "prometheus.sh"), "install"], capture_output=True, text=True, timeout=600
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert shutil.which("promtool") or os.access("/usr/bin/promtool", os.X_OK), "promtool is not installed"

@@ -5,12 +5,12 @@ on for steps 5-7 and ENABLE_XLA_DUMP=1, in a private workspace with a fresh JAX 
 leave no dump). Session-scoped: the job runs once (about 25 s) however many tests use it.
 """
 
-import os
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from launch_env import launcher_env
 
 REPO = Path(__file__).resolve().parents[2]
 PROFILER_STEPS = 3
@@ -31,14 +31,6 @@ class ProfiledJob:
             st = path.lstat()
             out[str(path.relative_to(self.job_dir))] = (st.st_size, st.st_mtime_ns)
         return out
-
-
-def launcher_env(workspace: Path, jax_cache: Path) -> dict[str, str]:
-    env = dict(os.environ)
-    for name in ("XLA_FLAGS", "JAX_PLATFORMS", "TUNE_PROFILE", "VIRTUAL_ENV", "ENABLE_XLA_DUMP"):
-        env.pop(name, None)
-    env.update(JOB_WORKSPACE=str(workspace), CONTAINER_RUNTIME="none", JAX_CACHE_DIR=str(jax_cache))
-    return env
 
 
 _RAN: dict[str, ProfiledJob] = {}

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from launch_env import launcher_env
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "utils" / "local_cluster.sh"
@@ -130,19 +131,10 @@ class LocalCluster:
 
 
 def job_env(cluster: LocalCluster, workspace: Path, jax_cache: Path) -> dict[str, str]:
-    """An environment for submitting real jobs to CLUSTER from the repo: no training settings leaked from
-    the caller's shell, the workspace and a shared JAX compile cache given, native runtime, the repo's venv."""
-    env = dict(os.environ)
-    for name in ("XLA_FLAGS", "JAX_PLATFORMS", "TUNE_PROFILE", "STAGE_TIMEOUTS", "VIRTUAL_ENV", "PYTHONPATH"):
-        env.pop(name, None)
-    env.update(cluster.env)
-    env.update(
-        JOB_WORKSPACE=str(workspace),
-        CONTAINER_RUNTIME="none",
-        JAX_CACHE_DIR=str(jax_cache),
-        VENV_DIR=str(REPO / ".venv"),
-    )
-    return env
+    """An environment for submitting real jobs to CLUSTER from the repo: launcher_env (no training settings
+    leaked from the caller's shell, the workspace and a shared JAX compile cache given, native runtime) with
+    the cluster's SLURM_CONF and the repo's venv."""
+    return launcher_env(workspace, jax_cache, **cluster.env, VENV_DIR=str(REPO / ".venv"))
 
 
 def submit_job(env: dict[str, str], *args: str) -> tuple[str, Path]:

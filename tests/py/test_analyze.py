@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 from conftest import REPO
+from launch_env import launcher_env
 
 from jobkit.cli import main as jobkit_main
 
@@ -25,18 +26,10 @@ STEP_LINE = re.compile(r"completed step: (\d+), seconds: [\d.]+.*?loss: ([\d.]+)
 HOST = socket.gethostname().split(".", 1)[0]
 
 
-def _env(workspace, jax_cache, **extra):
-    env = dict(os.environ)
-    for name in ("XLA_FLAGS", "JAX_PLATFORMS", "TUNE_PROFILE", "VIRTUAL_ENV"):
-        env.pop(name, None)
-    env.update(JOB_WORKSPACE=str(workspace), CONTAINER_RUNTIME="none", JAX_CACHE_DIR=str(jax_cache), **extra)
-    return env
-
-
 def _run_job(workspace, jax_cache, *args, **extra):
     result = subprocess.run(
         [str(REPO / "run_local.sh"), "tiny", "--", *args],
-        env=_env(workspace, jax_cache, **extra),
+        env=launcher_env(workspace, jax_cache, **extra),
         capture_output=True,
         text=True,
         timeout=420,

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 from job_observation import header, live_processes_of
+from launch_env import launcher_env
 from prom_query import View, free_port
 from slurm_cluster import job_env, local_cluster, submit_job  # noqa: F401  (local_cluster: the session fixture)
 from test_observability import event_losses
@@ -59,12 +60,7 @@ def workspace(tmp_path_factory):
 
 
 def container_env(workspace, image, **extra):
-    env = dict(os.environ)
-    for name in ("XLA_FLAGS", "JAX_PLATFORMS", "TUNE_PROFILE", "VIRTUAL_ENV", "PYTHONPATH", "CONTAINER_RUNTIME"):
-        env.pop(name, None)
-    env.update(JOB_WORKSPACE=str(workspace), DOCKER_IMAGE=image, CONTAINER_RUNTIME="podman")
-    env.update(extra)
-    return env
+    return launcher_env(workspace, runtime="podman", **{"DOCKER_IMAGE": image, **extra})
 
 
 def job_log(output):

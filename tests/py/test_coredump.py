@@ -11,7 +11,12 @@ import signal
 import subprocess
 from pathlib import Path
 
+import pytest
 from job_observation import TRAINING_CMDLINE, live_processes_of
+from launch_env import launcher_env
+
+# The test here runs ./run_local.sh tiny for real (in its own body): e2e.
+pytestmark = pytest.mark.e2e
 
 REPO = Path(__file__).resolve().parents[2]
 CORE_PATTERN = Path("/proc/sys/kernel/core_pattern")
@@ -35,8 +40,7 @@ def test_segfault_in_training_leaves_its_core_in_the_job_dir_and_why_names_it(tm
     before = CORE_PATTERN.read_text()
     settable = pattern_settable()
     workspace = tmp_path / "ws"
-    env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "JAX_PLATFORMS", "VIRTUAL_ENV")}
-    env.update(JOB_WORKSPACE=str(workspace), CONTAINER_RUNTIME="none", COREDUMP="1", COREDUMP_WAIT="30")
+    env = launcher_env(workspace, COREDUMP="1", COREDUMP_WAIT="30")
     env.pop("COREDUMP_PATTERN_FILE", None)
     proc = subprocess.Popen(
         [str(REPO / "run_local.sh"), "tiny", "--", "steps=100000"],

@@ -25,6 +25,7 @@ from jobkit.cli import main
 # The harness itself: it must catch a broken page, or a clean result from it means nothing.
 
 
+@pytest.mark.e2e  # headless Chromium (browser.py)
 def test_browser_reports_uncaught_errors_console_errors_and_network(tmp_path, request):
     page_file = tmp_path / "bad.html"
     page_file.write_text(
@@ -45,6 +46,7 @@ def test_browser_reports_uncaught_errors_console_errors_and_network(tmp_path, re
     assert page.screenshot.stat().st_size > 1000 and page.screenshot.read_bytes()[:4] == b"\x89PNG"
 
 
+@pytest.mark.e2e  # headless Chromium (browser.py)
 def test_browser_dom_after_scripts_and_driving(tmp_path, request):
     page_file = tmp_path / "ok.html"
     page_file.write_text(
@@ -124,6 +126,7 @@ def by_id(page):
     return {k: dict(zip([c[0] for c in COLUMNS], v, strict=True)) for k, v in cells.items()}
 
 
+@pytest.mark.e2e  # headless Chromium (browser.py)
 def test_page_in_chromium_rows_plot_links_no_errors(workspace, request):
     stem = JOBS[0][0].removesuffix(".log")
     # analysis.json's numbers win over the log's, a null section is tolerated, and the report is linked.
@@ -168,6 +171,7 @@ def test_page_in_chromium_rows_plot_links_no_errors(workspace, request):
     assert len(plot[0].find_all("path")) > 5 and page.count("p", "no-data") == 0
 
 
+@pytest.mark.e2e  # headless Chromium (browser.py)
 def test_sort_and_filter_in_the_browser(workspace, request):
     assert run("--workspace", str(workspace)).exit_code == 0
     page_file = workspace / ".dashboard" / "index.html"
@@ -192,6 +196,7 @@ def test_sort_and_filter_in_the_browser(workspace, request):
         assert tab.errors == []
 
 
+@pytest.mark.e2e  # headless Chromium (browser.py)
 def test_unreadable_log_is_a_row_the_rest_render(workspace, monkeypatch, request):
     bad = workspace / JOBS[3][0]
     bad.chmod(0)
@@ -269,6 +274,7 @@ def _get(url):
         return resp.status, resp.read().decode()
 
 
+@pytest.mark.e2e  # headless Chromium (browser.py)
 def test_serve_loopback_next_free_port_tunnel_rebuild_and_stop(workspace, request):
     stem = JOBS[0][0].removesuffix(".log")
     add_analysis(workspace, stem, {"failure": {"class": "oom", "detail": None}})

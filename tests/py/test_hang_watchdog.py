@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from job_observation import TRAINING_CMDLINE, header, live_processes_of
+from launch_env import launcher_env
 from slurm_cluster import job_env, local_cluster, submit_job  # noqa: F401  (local_cluster: the session fixture)
 
 from jobkit.ops import hang_watchdog as hw
@@ -185,10 +186,10 @@ def training_pids(job_id, rank=None):
     return [p for p in pids if f"NODE_RANK={rank}".encode() in Path(f"/proc/{p}/environ").read_bytes().split(b"\0")]
 
 
+@pytest.mark.e2e  # runs ./run_local.sh tiny for real
 def test_run_local_training_frozen_mid_run_ends_as_hang_with_stacks(tmp_path):
     workspace = tmp_path / "ws"
-    env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "JAX_PLATFORMS", "VIRTUAL_ENV")}
-    env.update(JOB_WORKSPACE=str(workspace), CONTAINER_RUNTIME="none", HANG_TIMEOUT="4", HANG_STEP_FACTOR="5")
+    env = launcher_env(workspace, HANG_TIMEOUT="4", HANG_STEP_FACTOR="5")
     proc = subprocess.Popen(
         [str(REPO / "run_local.sh"), "tiny", "--", "steps=100000"],
         env=env,

@@ -300,7 +300,7 @@ def test_daemon_runs_in_the_background_refuses_a_second_and_stops(env, tmp_path)
             os.kill(pid, signal.SIGKILL)
 
 
-def test_an_ended_job_whose_teardown_did_not_backfill_gets_its_backfill_from_the_monitor(env):
+def test_an_ended_job_whose_teardown_did_not_backfill_gets_its_backfill_from_the_monitor(env, prometheus_installed):
     from jobkit.observe import tb_backfill
 
     ws, slurm = env

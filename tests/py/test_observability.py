@@ -16,7 +16,11 @@ from pathlib import Path
 
 import pytest
 from job_observation import header, live_processes_of
+from launch_env import launcher_env
 from prom_query import View, api, free_port, pid_alive, wait_for
+
+# Every test here runs RAY=1 ./run_local.sh for real (in its own body): all of them are e2e.
+pytestmark = pytest.mark.e2e
 
 REPO = Path(__file__).resolve().parents[2]
 STEP_RE = re.compile(r"completed step: (\d+), seconds: [\d.]+.*?loss: ([\d.]+)")
@@ -29,21 +33,14 @@ def jax_cache(tmp_path_factory):
 
 
 def ray_env(workspace, jax_cache, **extra):
-    env = dict(os.environ)
-    for name in ("XLA_FLAGS", "JAX_PLATFORMS", "TUNE_PROFILE", "VIRTUAL_ENV", "PYTHONPATH"):
-        env.pop(name, None)
-    env.update(
-        JOB_WORKSPACE=str(workspace),
-        CONTAINER_RUNTIME="none",
-        JAX_CACHE_DIR=str(jax_cache),
+    settings = dict(
         RAY="1",
         EXPORTER_INTERVAL="2",
         PROMETHEUS_PORT=str(free_port()),
         RAY_DASHBOARD_PORT=str(free_port()),
         TENSORBOARD_PORT=str(free_port()),
     )
-    env.update(extra)
-    return env
+    return launcher_env(workspace, jax_cache, **{**settings, **extra})
 
 
 def only_job(workspace):

@@ -5,7 +5,6 @@ checks what a user would look at: the log's header and summary, the job dir, Ten
 exit code, and the closing TGS line. They share one JAX compile cache to keep the suite fast.
 """
 
-import os
 import re
 import signal
 import subprocess
@@ -14,8 +13,12 @@ from pathlib import Path
 
 import pytest
 from job_observation import header, live_processes_of
+from launch_env import launcher_env
 
 REPO = Path(__file__).resolve().parents[2]
+# Every test here runs ./run_local.sh for real (in its own body): all of them are e2e.
+pytestmark = pytest.mark.e2e
+
 STEP_RE = re.compile(r"completed step: (\d+), seconds: ([\d.]+).*?Tokens/s/device: ([\d.]+).*?loss: ([\d.]+)")
 
 
@@ -27,15 +30,6 @@ def jax_cache(tmp_path_factory):
 @pytest.fixture
 def workspace(tmp_path):
     return tmp_path / "ws"
-
-
-def launcher_env(workspace, jax_cache, **extra):
-    env = dict(os.environ)
-    for name in ("XLA_FLAGS", "JAX_PLATFORMS", "TUNE_PROFILE", "VIRTUAL_ENV"):
-        env.pop(name, None)
-    env.update(JOB_WORKSPACE=str(workspace), CONTAINER_RUNTIME="none", JAX_CACHE_DIR=str(jax_cache))
-    env.update(extra)
-    return env
 
 
 def run_local(workspace, jax_cache, *args, timeout=300):
