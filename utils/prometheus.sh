@@ -54,13 +54,26 @@ prometheus_view() {
   local tsdb pid range
   tsdb=$(prometheus_resolve_tsdb "$target") || return 1
   if pid=$(prometheus_serving_pid "$tsdb"); then
-    _prom_err "view: the job's own Prometheus (pid $pid) still serves $tsdb; browse that one, or stop it first"
-    return 1
+    if ! _prom_job_ended "$tsdb"; then
+      _prom_err "view: the job's own Prometheus (pid $pid) still serves $tsdb; browse that one, or stop it first"
+      return 1
+    fi
+    # The job's summary is written, so its teardown was cut short (Slurm's KillWait) before it stopped its
+    # Prometheus: an orphan of an ended job, which nothing else will stop.
+    _prom_log "the job has ended but its Prometheus (pid $pid) outlived it: stopping it"
+    prometheus_stop "$(dirname "$tsdb")" || return 1
   fi
   range=$(prometheus_range_text "$tsdb") # before startup: replaying the WAL touches its files
   # The viewer replaces this shell: a TERM to the script's PID reaches it, and it stops its Prometheus by PID
   # (a foreground child would be orphaned by a TERM to bash).
   exec "$(proc_jobkit "$(dirname "$_PROMETHEUS_SH_DIR")")" tsdb view "$tsdb" --port "$port" --data-range "$range"
+}
+
+# _prom_job_ended TSDB: true when the job whose <job dir>/prometheus TSDB is has written its JOB SUMMARY.
+_prom_job_ended() {
+  local job_dir
+  job_dir=$(dirname "$1")
+  grep -qs '^==== JOB SUMMARY ====$' "$job_dir.log" "$job_dir/log"
 }
 
 _prom_usage() { sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "${BASH_SOURCE[0]}"; }

@@ -167,6 +167,27 @@ def test_start_scrape_stop_then_view(job):
     assert not pid_alive(child), err
 
 
+def test_view_refuses_a_running_jobs_prometheus_and_stops_an_ended_jobs_orphan(job):
+    """A job's teardown cut short by Slurm's KillWait leaves its Prometheus running after the JOB SUMMARY: view
+    stops that orphan (nothing else will) and serves the TSDB. A job still running keeps its Prometheus."""
+    port, _, pid = start(job, free_port())
+    log = job.parent / f"{job.name}.log"
+    log.write_text("NNODES=1\n")
+    refused = sh("view", job, "-p", free_port(), check=False)
+    assert refused.returncode == 1 and f"the job's own Prometheus (pid {pid}) still serves" in refused.stderr
+    assert pid_alive(pid)
+    log.write_text("NNODES=1\n==== JOB SUMMARY ====\n  Status: CANCELLED (exit 143)\n=====================\n")
+    view = View(job, free_port())
+    try:
+        assert not pid_alive(pid)
+        assert (
+            f"the job has ended but its Prometheus (pid {pid}) outlived it: stopping it" in view.proc.stderr.readline()
+        )
+    finally:
+        rc, err = view.stop()
+    assert rc == 0, err
+
+
 def test_occupied_port_moves_to_next(job):
     base = 9190
     blocker = socket.socket()
