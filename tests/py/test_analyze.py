@@ -392,3 +392,36 @@ def test_compare_a_sweep_takes_the_last_job_of_each_point(ray_job, plain_job, fa
     assert (
         missing.output.strip() == f"jobkit compare: no sweep 'nope' in {ws / 'sweeps'}; `jobkit sweep list` shows them"
     )
+
+
+# --------------------------------------------------------------------------------- units (no job)
+def test_nan_samples_of_a_dump_are_no_values_so_host_means_stay_finite():
+    """A node that leaves (a 2-node job's end) gets Prometheus staleness markers, which `promtool tsdb dump`
+    prints as NaN: they are not samples, and averaging them made a host's mean NaN (analysis.json unwritable)."""
+    from jobkit.analysis import hosts, tsdb_dump
+
+    dump = "\n".join(
+        [
+            '{__name__="ray_node_cpu_utilization", host="node1"} 40 1000',
+            '{__name__="ray_node_cpu_utilization", host="node1"} NaN 2000',
+            '{__name__="ray_node_cpu_utilization", host="node1"} 60 3000',
+            '{__name__="ray_node_cpu_utilization", host="node2"} +Inf 1000',
+            '{__name__="ray_node_cpu_utilization", host="node2"} 10 2000',
+        ]
+    )
+    data = tsdb_dump.parse(dump)
+    cpu = next(r for r in hosts.RESOURCES if r.key == "cpu")
+    summary = hosts.summarize(hosts.host_lines(data, cpu))
+    assert summary["node1"]["mean"] == 50.0 and summary["node1"]["samples"] == 2
+    assert summary["node2"]["mean"] == 10.0 and summary["node2"]["samples"] == 1
+
+
+def test_analysis_json_turns_any_non_finite_number_into_null():
+    from jobkit.analysis.command import json_safe
+
+    doc = {
+        "hosts": {"cpu": {"node1": {"mean": float("nan"), "max": float("inf"), "min": 1.5}}},
+        "x": [float("-inf"), 2],
+    }
+    text = json.dumps(json_safe(doc), allow_nan=False)
+    assert json.loads(text) == {"hosts": {"cpu": {"node1": {"mean": None, "max": None, "min": 1.5}}}, "x": [None, 2]}

@@ -8,6 +8,7 @@ report and an interrupted run leaves the previous one.
 from __future__ import annotations
 
 import json
+import math
 import os
 import tempfile
 from pathlib import Path
@@ -39,6 +40,18 @@ def _write(directory: Path, name: str, text: str) -> Path:
     return directory / name
 
 
+def json_safe(value):
+    """VALUE with every NaN or infinite float as None: JSON has no such numbers, and a reader takes null for
+    "no value" where a bare NaN token would make the whole file unreadable."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: json_safe(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [json_safe(v) for v in value]
+    return value
+
+
 def analyze(log_path: Path, out_dir: Path | None = None) -> tuple[buildmod.Analysis, Path]:
     """Build and write one job's analysis; returns it and the directory written. Raises AnalyzeError."""
     try:
@@ -58,7 +71,7 @@ def analyze(log_path: Path, out_dir: Path | None = None) -> tuple[buildmod.Analy
         ) from None
     result = buildmod.build(facts)
     try:
-        _write(target, "analysis.json", json.dumps(result.doc, indent=1, allow_nan=False) + "\n")
+        _write(target, "analysis.json", json.dumps(json_safe(result.doc), indent=1, allow_nan=False) + "\n")
         _write(target, "report.html", report.render(result))
     except OSError as e:  # an analysis/ dir that exists but is not writable, a full disk
         raise AnalyzeError(
@@ -120,7 +133,7 @@ def command(job, ws, output, as_json):
     except AnalyzeError as e:
         raise JobkitError("analyze", str(e)) from None
     if as_json:
-        click.echo(json.dumps(result.doc, indent=1))
+        click.echo(json.dumps(json_safe(result.doc), indent=1, allow_nan=False))
         return
     for line in summary_lines(result.doc):
         click.echo(line)

@@ -12,6 +12,7 @@ means the counter restarted from 0).
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import subprocess
@@ -111,6 +112,10 @@ def parse(lines) -> dict[str, list[Series]]:
             key, value, ms = line.rsplit(" ", 2)
             point = (int(ms) / 1000.0, float(value))
         except ValueError:
+            continue
+        if not math.isfinite(point[1]):
+            # NaN is a staleness marker (a target that went away: a node of a job that ended) or a value the
+            # exporter could not compute; +-Inf are not a resource's level. None is a sample to average.
             continue
         series = by_key.get(key)
         if series is None:
