@@ -178,6 +178,32 @@ def test_sbatch_rejecting_an_argument_shows_its_message_and_leaves_nothing(slurm
     assert not list(workspace.glob("*-JAX-*"))
 
 
+def test_one_node_ray_job_trains_under_ray_and_succeeds(slurm_env):
+    """RAY=1 on one Slurm node used to crash in MaxText (exit 139): the batch script exported the coordinator's
+    address without a port, and MaxText started a distributed service on "<ip>:None"."""
+    steps = 8
+    result = submit(
+        slurm_env,
+        "tiny",
+        "-N",
+        "1",
+        "--",
+        f"steps={steps}",
+        extra_env={"RAY": "1", "EXPORTER_INTERVAL": "2", "TENSORBOARD": "0"},
+    )
+    assert result.returncode == 0, result.stderr
+    job_id = job_id_of(result)
+    log = log_of(result)
+    state, text = wait_for_end(slurm_env, job_id, log, timeout=480)
+    assert "Status: SUCCESS (exit 0)" in text, text[-4000:]
+    head = header(text)
+    assert head["RAY"] == "1" and head["NNODES"] == "1"
+    assert not head.get("JAX_COORDINATOR_IP") and not head.get("JAX_COORDINATOR_PORT"), head
+    assert re.search(r"\[ray_launch\] node \S+ rank 0: started pid", text), text[-4000:]
+    assert "training without Ray" not in text
+    assert sorted({int(m.group(2)) for m in STEP_RE.finditer(text)}) == list(range(steps))
+
+
 def test_two_node_ray_job_lands_both_hosts_in_one_tsdb(slurm_env):
     """RAY=1 on two Slurm nodes: one Ray cluster, both exporters scraped by rank 0's Prometheus, every step."""
     steps = 10
