@@ -327,3 +327,38 @@ def test_serve_loopback_next_free_port_tunnel_rebuild_and_stop(workspace, reques
             rc = proc.wait()
     assert rc == 0, proc.stderr.read()
     assert "stopped" in proc.stderr.read()
+
+
+def test_serve_hands_out_no_file_a_planted_link_points_at(workspace, tmp_path):
+    """A teammate who can write to a shared workspace plants `<id>-<name>.log` as a link to a file of yours
+    elsewhere (a key): the server must not hand it out. A link inside the workspace (an old name left by
+    `jobkit tag`) still works."""
+    secret = tmp_path / "home" / "id_fake"
+    secret.parent.mkdir()
+    secret.write_text("FAKE KEY 0000SECRET\n")
+    (workspace / "99-JAX-tiny.log").symlink_to(secret)
+    (workspace / "98-JAX-tiny.log").symlink_to(workspace / JOBS[0][0])
+    probe = socket.socket()
+    probe.bind(("127.0.0.1", 0))
+    first = probe.getsockname()[1]  # a first port to try; the server moves on if someone took it since
+    probe.close()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "jobkit", "dashboard", "--serve", "--workspace", str(workspace), "--port", str(first)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        port = None
+        for line in proc.stdout:  # the URL line comes before "Ctrl-C stops it."
+            m = re.search(r"URL:\s+http://127\.0\.0\.1:(\d+)/", line)
+            if m:
+                port = int(m.group(1))
+                break
+        assert port, proc.stderr.read() if proc.poll() is not None else "no URL line"
+        with pytest.raises(urllib.error.HTTPError, match="404"):
+            _get(f"http://127.0.0.1:{port}/99-JAX-tiny.log")
+        assert "MODEL_NAME=tiny" in _get(f"http://127.0.0.1:{port}/98-JAX-tiny.log")[1]
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=15)

@@ -14,6 +14,7 @@ from click.testing import CliRunner
 from webhook import Receiver
 
 from jobkit.cli import main
+from jobkit.core import procfs
 from jobkit.ops import monitor
 
 REPO = Path(__file__).resolve().parents[2]
@@ -283,9 +284,19 @@ def test_daemon_runs_in_the_background_refuses_a_second_and_stops(env, tmp_path)
         log_file.read_text() if log_file.exists() else ""
     ):
         time.sleep(0.1)
-    pid = int(pid_file.read_text())
+    pid = int(pid_file.read_text().split()[0])
     try:
         assert "job 700 state: RUNNING" in log_file.read_text()
+        assert pid_file.read_text().split()[2] == str(state.resolve()) and pid_file.stat().st_mode & 0o077 == 0
+        # A pid file planted for another state file (a teammate's write in a shared workspace) names this
+        # running monitor: --stop of that state file must not signal it.
+        planted = tmp_path / "team" / ".monitor" / "state.json"
+        planted.parent.mkdir(parents=True)
+        for text in (f"{pid}\n", pid_file.read_text().replace(str(state.resolve()), str(planted.resolve()) + "x")):
+            planted.with_name("state.pid").write_text(text)
+            refused = subprocess.run([*jobkit, "monitor", "--stop", "--state", str(planted)], env=run_env, capture_output=True, text=True, timeout=30)  # fmt: skip
+            assert refused.returncode == 1 and "no monitor running for" in refused.stderr, refused.stderr
+            assert procfs.alive(pid)
         again = subprocess.run([*jobkit, "monitor", "--daemon", "--state", str(state)], env=run_env, capture_output=True, text=True, timeout=30)  # fmt: skip
         assert again.returncode == 1 and f"already running as pid {pid}" in again.stderr
         stop = subprocess.run([*jobkit, "monitor", "--stop", "--state", str(state)], env=run_env, capture_output=True, text=True, timeout=30)  # fmt: skip

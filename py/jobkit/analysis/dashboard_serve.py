@@ -3,13 +3,15 @@
 The first free port from --port is taken by binding it (a port found free and bound later could be taken in
 between). The page is rebuilt on a request for it, at most every REBUILD_EVERY_S, so new jobs show up on
 reload; the server also serves the jobs' logs and report.html files the page links to, and nothing else of
-the workspace.
+the workspace: only regular files of this user's, found inside the workspace once links are resolved.
 """
 
 from __future__ import annotations
 
 import http.server
+import os
 import signal
+import stat
 import sys
 import threading
 import time
@@ -27,13 +29,32 @@ PORT_TRIES = 20
 REBUILD_EVERY_S = 2.0  # a burst of reloads (or several tabs) rebuilds the page once
 
 
+def read_own_file(root: Path, path: Path) -> bytes | None:
+    """PATH's bytes when, links resolved, it is a regular file inside ROOT that this user owns; else None.
+
+    A shared workspace is writable by teammates: a link planted there under a job log's name must not make
+    this server hand out a file from elsewhere (a key of the user's), nor another user's file."""
+    try:
+        real = path.resolve(strict=True)
+        if not real.is_relative_to(root.resolve()):
+            return None
+        fd = os.open(real, os.O_RDONLY | os.O_NOFOLLOW)  # a link swapped in after resolve() is refused
+    except (OSError, RuntimeError):  # RuntimeError: a symlink loop
+        return None
+    with os.fdopen(fd, "rb") as fh:
+        st = os.fstat(fh.fileno())
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid():
+            return None
+        return fh.read()
+
+
 def _handler(ws: Path, output: Path, rebuild):
     class Handler(http.server.BaseHTTPRequestHandler):
         def do_GET(self):  # noqa: N802 (the name http.server calls)
             path = unquote(urlparse(self.path).path)
             if path in ("/", f"/{output.name}"):
                 rebuild()
-                return self._send(output, "text/html; charset=utf-8")
+                return self._send(output, "text/html; charset=utf-8", root=output.parent)  # -o may be elsewhere
             # Only what the page links to: a job's log and its report.html. The page's relative links
             # (../<job>.log) resolve to /<job>.log on this server, the same files as on disk.
             parts = [p for p in path.split("/") if p]
@@ -43,10 +64,9 @@ def _handler(ws: Path, output: Path, rebuild):
                 return self._send(ws / parts[0] / "analysis" / "report.html", "text/html; charset=utf-8")
             self.send_error(404)
 
-        def _send(self, path: Path, ctype: str):
-            try:
-                data = path.read_bytes()
-            except OSError:
+        def _send(self, path: Path, ctype: str, root: Path = ws):
+            data = read_own_file(root, path)
+            if data is None:
                 return self.send_error(404)
             self.send_response(200)
             self.send_header("Content-Type", ctype)

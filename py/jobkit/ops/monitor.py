@@ -31,13 +31,14 @@ import re
 import signal
 import statistics
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import click
 
-from jobkit.core import failures, logparse, slurm
+from jobkit.core import failures, logparse, procfs, slurm
 from jobkit.core.errors import EXIT_USAGE, JobkitError
 from jobkit.core.paths import workspace
 from jobkit.ops import notify, requeue
@@ -431,17 +432,26 @@ def deliver(events: list[Event], targets: notify.Targets | None, level: str) -> 
 # ---------------------------------------------------------------------------------------------- the daemon
 
 
-def _pid_alive(pid_file: Path) -> int | None:
+def _pid_alive(pid_file: Path, state_path: Path) -> int | None:
+    """The PID of the monitor that runs on STATE_PATH, as its PID_FILE says; None unless every check holds.
+
+    The pid file ("PID START STATE_PATH", written by that monitor) may sit in a workspace others can write to,
+    so it is believed only when it is ours, and the process is ours, is still the one that wrote it (its start
+    time) and follows this very state file: a planted pid file must not make --stop signal anything else."""
     try:
-        pid = int(pid_file.read_text().split()[0])
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-    except (OSError, ValueError, IndexError):
+        if pid_file.stat().st_uid != os.getuid():
+            return None
+        pid_text, start_text, recorded = pid_file.read_text().rstrip("\n").split(" ", 2)
+        pid, start = int(pid_text), int(start_text)
+        owner = Path(f"/proc/{pid}").stat().st_uid
+    except (OSError, ValueError):
         return None
-    return pid if b"monitor" in cmdline else None
+    same = owner == os.getuid() and procfs.alive(pid, start) and recorded == str(state_path.resolve())
+    return pid if same else None
 
 
-def daemonize(pid_file: Path, log_file: Path) -> None:
-    """Detach (double fork, new session), stdout/stderr to LOG_FILE, our pid in PID_FILE."""
+def daemonize(pid_file: Path, log_file: Path, state_path: Path) -> None:
+    """Detach (double fork, new session), stdout/stderr to LOG_FILE, "PID START STATE_PATH" in PID_FILE."""
     if os.fork():
         os._exit(0)
     os.setsid()
@@ -453,7 +463,11 @@ def daemonize(pid_file: Path, log_file: Path) -> None:
     os.close(fd)
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)
-    pid_file.write_text(f"{os.getpid()}\n")
+    me = procfs.stat(os.getpid())
+    fd, tmp = tempfile.mkstemp(prefix=".monitor-pid.", dir=pid_file.parent)  # 0600, a fresh name: no link
+    with os.fdopen(fd, "w") as fh:
+        fh.write(f"{me.pid} {me.start} {state_path.resolve()}\n")
+    os.replace(tmp, pid_file)  # rename is atomic: a reader sees no half-written pid file
 
 
 @click.command("monitor")
@@ -498,7 +512,7 @@ def command(jobs, ws, sweep, interval, once, daemon, stop_daemon, state_file, le
     state_path = Path(state_file) if state_file else ws_path / ".monitor" / "state.json"
     pid_file = state_path.with_name(state_path.stem + ".pid")
     if stop_daemon:
-        pid = _pid_alive(pid_file)
+        pid = _pid_alive(pid_file, state_path)
         if pid is None:
             raise JobkitError("monitor", f"no monitor running for {state_path}")
         os.kill(pid, signal.SIGTERM)
@@ -518,13 +532,13 @@ def command(jobs, ws, sweep, interval, once, daemon, stop_daemon, state_file, le
     except MonitorError as exc:
         raise JobkitError("monitor", str(exc), EXIT_USAGE) from None
     if daemon:
-        running = _pid_alive(pid_file)
+        running = _pid_alive(pid_file, state_path)
         if running:
             raise JobkitError("monitor", f"already running as pid {running} ({pid_file}); stop it with --stop")
         state_path.parent.mkdir(parents=True, exist_ok=True)
         log_file = state_path.with_name(state_path.stem + ".log")
         click.echo(f"monitor started in the background; log {log_file}, pid file {pid_file}")
-        daemonize(pid_file, log_file)
+        daemonize(pid_file, log_file, state_path)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     where = (
         f"notifying {len(targets.urls)} target(s) from {targets.source} ({level})" if targets else "no notifications"
@@ -545,5 +559,5 @@ def command(jobs, ws, sweep, interval, once, daemon, stop_daemon, state_file, le
                 return
             time.sleep(interval)
     finally:
-        if daemon and _pid_alive(pid_file) == os.getpid():
+        if daemon and _pid_alive(pid_file, state_path) == os.getpid():
             pid_file.unlink(missing_ok=True)
