@@ -24,7 +24,7 @@ set -euo pipefail
 
 SCRIPT_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 CONFIGS_DIR=$SCRIPT_DIR/configs
-for _lib in launch_args resolve_model container_runtime artifact stage_timeout workspace process; do
+for _lib in launch_args resolve_model container_runtime artifact stage_timeout workspace process settings; do
   # shellcheck source=/dev/null
   source "$SCRIPT_DIR/utils/lib/$_lib.sh"
 done
@@ -98,7 +98,8 @@ _warn_if_node_local() {
 _check_requeue_settings() {
   [[ ${MAX_RETRIES:-0} =~ ^[0-9]+$ ]] ||
     _die "MAX_RETRIES='$MAX_RETRIES' is not a number of retries; set MAX_RETRIES=0 (no requeue) or e.g. MAX_RETRIES=2" 2
-  [[ ${TIME_LIMIT_SIGNAL_LEAD:-300} =~ ^[1-9][0-9]*$ ]] && (( ${TIME_LIMIT_SIGNAL_LEAD:-300} <= 65535 )) ||
+  local lead=${TIME_LIMIT_SIGNAL_LEAD:-300}
+  [[ $lead =~ ^[1-9][0-9]{0,4}$ ]] && (( lead <= 65535 )) ||
     _die "TIME_LIMIT_SIGNAL_LEAD='$TIME_LIMIT_SIGNAL_LEAD' is not a number of seconds from 1 to 65535; e.g. TIME_LIMIT_SIGNAL_LEAD=300" 2
   if [[ -n ${REQUEUE_ARTIFACT:-} && ! -f $REQUEUE_ARTIFACT/_job.sbatch ]]; then
     _die "REQUEUE_ARTIFACT=$REQUEUE_ARTIFACT is not a code snapshot (no _job.sbatch); unset it to submit from this checkout" 2
@@ -134,7 +135,9 @@ _active_reservation() {
 # After submission: a job that dies in its prolog never writes a log; say so and remove its empty dirs.
 _check_early_death() {
   local job_id=$1 log=$2 state i
-  for ((i = 0; i < ${EARLY_DEATH_CHECK_SECONDS:-3}; i++)); do
+  local checks
+  checks=$(setting_uint EARLY_DEATH_CHECK_SECONDS 3) || checks=3
+  for ((i = 0; i < checks; i++)); do
     sleep 1
     state=$(squeue -h -t all -j "$job_id" -o %T 2>/dev/null | head -1) || state=""
     case $state in PENDING|CONFIGURING|"") continue ;; esac

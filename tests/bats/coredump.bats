@@ -158,7 +158,7 @@ setup() {
   mkdir -m 777 "$dir/job"
   # The library from a copy nobody can read: the checkout itself may sit in a 700 dir (mktemp -d).
   mkdir -m 755 "$dir/lib"
-  cp "$REPO_DIR/utils/lib/coredump.sh" "$REPO_DIR/utils/lib/process.sh" "$dir/lib/"
+  cp "$REPO_DIR/utils/lib/coredump.sh" "$REPO_DIR/utils/lib/process.sh" "$REPO_DIR/utils/lib/settings.sh" "$dir/lib/"
   chmod 644 "$dir/lib/"*
   local -a as_nobody=(setpriv --reuid=65534 --regid=65534 --clear-groups env HOME="$dir" COREDUMP_STATE_DIR="$dir/state")
   run "${as_nobody[@]}" COREDUMP_PATTERN_FILE="$dir/core_pattern" bash -c 'cd "$2"; source "$1"; coredump_setup "$2/job" python3' _ "$dir/lib/coredump.sh" "$dir"

@@ -30,6 +30,8 @@
 
 # shellcheck source=utils/lib/process.sh
 source "$(dirname "${BASH_SOURCE[0]}")/process.sh"
+# shellcheck source=utils/lib/settings.sh
+source "$(dirname "${BASH_SOURCE[0]}")/settings.sh"
 
 # The signals whose default action is to dump core (signal(7)).
 _COREDUMP_SIGNALS=" QUIT ILL TRAP ABRT BUS FPE SEGV XCPU XFSZ SYS "
@@ -180,7 +182,7 @@ coredump_setup() {
 }
 
 coredump_restore() {
-  (( ${COREDUMP_SET:-0} )) || return 0
+  [[ ${COREDUMP_SET:-0} == 1 ]] || return 0
   COREDUMP_SET=0
   _coredump_locked _coredump_release || echo "[coredump] could not restore core_pattern ($(_coredump_pattern_file))"
 }
@@ -249,7 +251,8 @@ coredump_after() {
   [[ $_COREDUMP_SIGNALS == *" $name "* ]] || return 0
   echo "[coredump] training killed by SIG$name (exit $rc) on $(_coredump_host)"
   # A file pattern is written before the parent sees the death; a pipe handler may take a moment.
-  wait_s=$(( ${COREDUMP_WAIT:-60} < 5 ? ${COREDUMP_WAIT:-60} : 5 ))
+  wait_s=$(setting_uint COREDUMP_WAIT 60) || wait_s=5
+  ((wait_s < 5)) || wait_s=5
   local deadline=$((SECONDS + wait_s))
   until core=$(_coredump_find "$pid"); do
     ((SECONDS < deadline)) || break

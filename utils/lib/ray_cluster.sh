@@ -50,6 +50,8 @@ _RAY_CLUSTER_JOBKIT=$(cd "$_RAY_CLUSTER_SH_DIR/../../py/bin" && pwd)/jobkit  # t
 source "$_RAY_CLUSTER_SH_DIR/free_port.sh"
 # shellcheck source=utils/lib/process.sh disable=SC1091
 source "$_RAY_CLUSTER_SH_DIR/process.sh"
+# shellcheck source=utils/lib/settings.sh disable=SC1091
+source "$_RAY_CLUSTER_SH_DIR/settings.sh"
 
 _ray_err() { echo "ray_cluster: $*" >&2; }
 
@@ -233,7 +235,9 @@ ray_start_head() {
     client_port=$(pick_free_port "$gcs_port" "$dash_port" "$metrics_port" "$agent_port") || return 1
   _ray_ports_free "GCS_PORT=$gcs_port" "DASHBOARD_PORT=$dash_port" "METRICS_PORT=$metrics_port" || return 1
 
-  local deadline=$((EPOCHSECONDS + ${RAY_START_TIMEOUT:-90}))
+  local start_limit deadline
+  start_limit=$(setting_uint RAY_START_TIMEOUT 90) || return 2
+  deadline=$((EPOCHSECONDS + start_limit))
   # --no-monitor: the autoscaler's monitor has nothing to do for a fixed set of Slurm nodes.
   _ray_run_start "$dir" "$node_ip" --head --port="$gcs_port" --num-cpus=0 --no-monitor \
     --include-dashboard=true --dashboard-host=127.0.0.1 --dashboard-port="$dash_port" \
@@ -274,7 +278,8 @@ ray_join_cluster() {
     _ray_err "a Ray node already runs under $dir; stop it first (ray_stop_node $dir) or use another TEMP_DIR"
     return 1
   fi
-  local i rc reason="" agent_port client_port deadline
+  local i rc reason="" agent_port client_port deadline start_limit
+  start_limit=$(setting_uint RAY_START_TIMEOUT 90) || return 2
   for ((i = 1; i <= tries; i++)); do
     # `ray start --address` at a head that does not answer retries for minutes: knock first.
     if ! _ray_tcp_open "${head%:*}" "${head##*:}"; then
@@ -282,7 +287,7 @@ ray_join_cluster() {
     elif _ray_ports_free "METRICS_PORT=$metrics_port" 2>/dev/null; then
       rc=0
       agent_port=$(pick_free_port "$metrics_port") && client_port=$(pick_free_port "$metrics_port" "$agent_port") || return 1
-      deadline=$((EPOCHSECONDS + ${RAY_START_TIMEOUT:-90}))
+      deadline=$((EPOCHSECONDS + start_limit))
       _ray_run_start "$dir" "$node_ip" --address="$head" --num-cpus=0 --metrics-export-port="$metrics_port" \
         --dashboard-agent-listen-port="$agent_port" --ray-client-server-port="$client_port" || rc=$?
       if ((rc == 0)) && _ray_wait_listening "$deadline" "$dir"; then
