@@ -99,12 +99,13 @@ _obs_init() {
   mkdir -p "${_OBS[shared]}"
 
   ip_err=${_OBS[state]}/ip.err
-  if _OBS[ip]=$(detect_cluster_ip 2>"$ip_err"); then
-    return 0
-  elif ((NNODES == 1)); then
-    # One node: nothing outside it needs to reach Ray or the exporter, loopback will do.
+  if ((NNODES == 1)); then
+    # One node: nothing outside it needs to reach Ray or the exporter, so nothing outside it may: loopback,
+    # even where the node has a cluster address (Ray's services would otherwise face the whole network).
     _OBS[ip]=127.0.0.1
-    _obs_log "no cluster-private address on this node: Ray and the exporter bind ${_OBS[ip]} (one node)"
+    _obs_log "one node: Ray and the exporter bind ${_OBS[ip]}"
+    return 0
+  elif _OBS[ip]=$(detect_cluster_ip 2>"$ip_err"); then
     return 0
   fi
   _obs_log "no cluster-private address ($(<"$ip_err")): training without observability"
