@@ -45,7 +45,8 @@ setup() {
   echo 'echo v3' >"$SRC/run.sh"
   [ "$(cat "$dest/run.sh")" = "echo v2" ]
   [ ! -w "$dest/run.sh" ] || [ "$(id -u)" -eq 0 ]
-  [ "$(stat -c %A "$dest/run.sh")" = "-r--r--r--" ]
+  [ "$(stat -c %A "$dest/run.sh")" = "-r--------" ]   # and private: nobody else needs the code a job ran
+  [ "$(stat -c %A "$dest/utils")" = "dr-x------" ]
   remove_artifact "$dest"
   [ ! -e "$dest" ]
 }
@@ -64,4 +65,31 @@ setup() {
   [ ! -e "$dest/.venv" ]
   [ ! -e "$dest/outputs" ]
   [ ! -e "$dest/.git" ]
+}
+
+@test "untracked files named like secrets stay out of the snapshot, and the submitter is told" {
+  echo 'HF_TOKEN=FAKE0000SECRET' >"$SRC/.env"; echo key >"$SRC/deploy.pem"; echo m >"$SRC/.netrc"
+  mkdir -p "$SRC/configs"; echo 'DOCKER_TOKEN=x' >"$SRC/configs/site.local.sh"
+  run make_artifact "$SRC" "$WS"
+  [ "$status" -eq 0 ]
+  dest=${lines[-1]}
+  [ -f "$dest/untracked.sh" ]   # untracked code still runs as it is
+  for name in .env deploy.pem .netrc configs/site.local.sh; do
+    [ ! -e "$dest/$name" ]
+    [[ $output == *"left out of the code snapshot: $name "* ]]
+  done
+  ! grep -rq 0000SECRET "$dest"
+}
+
+@test "a checkout owned by another account is still read through git, not copied whole" {
+  (( EUID == 0 )) || skip "needs root to give the checkout to another account"
+  echo 'DOCKER_TOKEN=FAKE0000SECRET' >"$SRC/container_settings.local.sh"
+  printf 'outputs/\n.venv/\n*.log\n*.local.sh\n' >"$SRC/.gitignore"
+  chown -R 65534:65534 "$SRC"   # git now refuses it ("dubious ownership") unless told it is safe
+  run git -C "$SRC" rev-parse --is-inside-work-tree
+  [ "$status" -ne 0 ]
+  dest=$(make_artifact "$SRC" "$WS")
+  [ -f "$dest/run.sh" ] && [ -f "$dest/untracked.sh" ]
+  [ ! -e "$dest/container_settings.local.sh" ] && [ ! -e "$dest/debug.log" ] && [ ! -e "$dest/outputs" ]
+  grep -q '^== COMMIT ==' "$dest/git_summary.txt"
 }

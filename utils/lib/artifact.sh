@@ -8,34 +8,62 @@
 #   write_submit_cmd ARTIFACT_DIR ARGS...  records how the job was submitted (submit_cmd.txt)
 #
 # In a git checkout the snapshot holds exactly what git would consider the project: tracked files and
-# untracked files that .gitignore does not exclude (so no .git, .venv or outputs). Files are made read-only.
+# untracked files that .gitignore does not exclude (so no .git, .venv or outputs), except untracked files
+# whose names say they hold secrets (.env, *.pem, *.key, .netrc, *.local.sh, ssh keys: said on stderr,
+# left out). A checkout owned by another account (git's "dubious ownership") is still read through git.
+# Files are made read-only and private (the job runs as its owner; nobody else needs the code it ran).
 
 _artifact_err() { echo "${0##*/}: $*" >&2; }
+
+# _artifact_secret_name PATH: true when PATH's file name is one that holds credentials, not code.
+_artifact_secret_name() {
+  case ${1##*/} in
+    .env|.env.*|*.pem|*.key|*.p12|.netrc|*.local.sh|id_rsa*|id_ecdsa*|id_ed25519*) return 0 ;;
+  esac
+  return 1
+}
 
 # _project_files SRC_DIR: NUL-separated relative paths to copy.
 _project_files() {
   local src=$1 path
-  if git -C "$src" rev-parse --is-inside-work-tree >/dev/null 2>&1; then
+  # safe.directory for this one command: a checkout owned by another account is read as it is, not
+  # swapped for a copy of everything in the directory (ignored files with tokens included).
+  local -a git=(git -c "safe.directory=$src" -C "$src")
+  if "${git[@]}" rev-parse --is-inside-work-tree >/dev/null 2>&1; then
     # -c lists tracked files even when deleted from the work tree: keep only those that exist.
-    git -C "$src" ls-files -z --cached --others --exclude-standard | while IFS= read -r -d '' path; do
+    "${git[@]}" ls-files -z --cached | while IFS= read -r -d '' path; do
       [[ -e $src/$path || -L $src/$path ]] && printf '%s\0' "$path"
     done
+    "${git[@]}" ls-files -z --others --exclude-standard | _artifact_drop_secrets
   else
     (cd "$src" && find . -path ./.git -prune -o -path ./.venv -prune -o -path ./outputs -prune -o \
-      -path ./.cache -prune -o \( -type f -o -type l \) -print0)
+      -path ./.cache -prune -o \( -type f -o -type l \) -print0) | _artifact_drop_secrets
   fi
+}
+
+# _artifact_drop_secrets: passes NUL-separated paths through, minus secret-looking ones (named on stderr).
+_artifact_drop_secrets() {
+  local path
+  while IFS= read -r -d '' path; do
+    if _artifact_secret_name "$path"; then
+      _artifact_err "left out of the code snapshot: ${path#./} (an untracked file whose name says it holds secrets)"
+    else
+      printf '%s\0' "$path"
+    fi
+  done
 }
 
 # _git_summary SRC_DIR: where the code came from, for the job's provenance.
 _git_summary() {
   local src=$1
-  git -C "$src" rev-parse --is-inside-work-tree >/dev/null 2>&1 || { echo "not a git checkout: $src"; return 0; }
+  local -a git=(git -c "safe.directory=$src" -C "$src")  # as in _project_files: another account's checkout
+  "${git[@]}" rev-parse --is-inside-work-tree >/dev/null 2>&1 || { echo "not a git checkout: $src"; return 0; }
   echo "== SOURCE =="; echo "$src"
-  echo "== BRANCH =="; git -C "$src" status --branch --short | head -1
-  echo "== COMMIT =="; git -C "$src" log -1 --format='%H%n%s%n%ad %an' 2>/dev/null || echo "(no commits)"
-  echo "== CHANGED FILES =="; git -C "$src" status --short --untracked-files=no
-  echo "== UNTRACKED FILES =="; git -C "$src" ls-files --others --exclude-standard
-  echo "== DIFF AGAINST HEAD =="; git -C "$src" diff HEAD 2>/dev/null || true
+  echo "== BRANCH =="; "${git[@]}" status --branch --short | head -1
+  echo "== COMMIT =="; "${git[@]}" log -1 --format='%H%n%s%n%ad %an' 2>/dev/null || echo "(no commits)"
+  echo "== CHANGED FILES =="; "${git[@]}" status --short --untracked-files=no
+  echo "== UNTRACKED FILES =="; "${git[@]}" ls-files --others --exclude-standard
+  echo "== DIFF AGAINST HEAD =="; "${git[@]}" diff HEAD 2>/dev/null || true
 }
 
 make_artifact() {
@@ -47,7 +75,7 @@ make_artifact() {
     _artifact_err "copying $src into $dest failed"; rm -rf "$dest"; return 1
   fi
   _git_summary "$src" >"$dest/git_summary.txt" 2>&1
-  chmod -R a-w "$dest"   # files and dirs: a job's code cannot be edited in place by mistake
+  chmod -R a-w,go-rwx "$dest"   # a job's code cannot be edited in place by mistake, nor read by others
   printf '%s\n' "$dest"
 }
 
