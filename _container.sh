@@ -72,6 +72,7 @@ _CONTAINER_ENV_ALLOWLIST=(
   TRAIN_PYTHON MAXTEXT_FAST_EXIT                # training's interpreter; 0 = let Python exit slowly
   HANG_TIMEOUT HANG_COMPILE_TIMEOUT HANG_STEP_FACTOR HANG_ACTION   # the hang watchdog (py/jobkit/ops/hang_watchdog.py)
   COREDUMP COREDUMP_WAIT                        # core limit and where cores go (utils/lib/coredump.sh)
+  JOB_UMASK                                     # the mode of what the job writes (utils/lib/workspace.sh)
   _DEBUG                                        # set -x in the training tier too
 )
 # Deliberately not on the list (tests/bats/container.bats keeps these two lists honest against the README

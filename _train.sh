@@ -113,6 +113,9 @@ main() {
   PASSTHROUGH_ARGS="$*"   # visible to configs/<model>.env.sh, which may branch on CLI overrides
   export PASSTHROUGH_ARGS
 
+  # shellcheck source=utils/lib/workspace.sh
+  source "$SCRIPT_DIR/utils/lib/workspace.sh"
+  workspace_umask || exit 2   # a container does not inherit the host's umask: files written here follow JOB_UMASK
   OUTPUT_PATH=$(_output_path)
   export OUTPUT_PATH
   mkdir -p "$OUTPUT_PATH"

@@ -186,6 +186,7 @@ main() {
   JOB_NAME=$(job_name "$MODEL_NAME" "$EXP_TAG")
   check_job_name_length "$JOB_NAME" "$_LONGEST_JOB_ID" || exit 2
   check_workspace_writable "$JOB_WORKSPACE" || exit 1
+  workspace_umask || exit 2   # the snapshot, the log dir and (through Slurm's propagation) the job itself
   _warn_if_node_local "$JOB_WORKSPACE"
   # Natively, every node uses this checkout's venv (on the shared filesystem, like the workspace). With a
   # container runtime, training brings its own stack and the batch host only needs jobkit for the verdict.

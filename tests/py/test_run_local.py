@@ -96,6 +96,10 @@ def test_tiny_trains_with_header_summary_events_and_tgs_line(workspace, jax_cach
     assert int(m.group(2).replace(",", "")) == pytest.approx(expected, rel=0.01)
     assert last in text, "the verdict line is in the log too"
 
+    # JOB_UMASK's default (077): nothing the job wrote is readable by anyone else on a shared filesystem.
+    shared = [p for p in [log, *job_dir.rglob("*")] if not p.is_symlink() and p.stat().st_mode & 0o077]
+    assert shared == [], [(str(p), oct(p.stat().st_mode)) for p in shared[:5]]
+
 
 def test_steps_and_env_override_reach_training(workspace, jax_cache):
     result = run_local(workspace, jax_cache, "tiny", "--", "steps=7", "_env_FOO=bar")

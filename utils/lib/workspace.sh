@@ -5,6 +5,12 @@
 #   check_workspace_writable DIR      returns 1 with a one-line error unless DIR exists and takes new files,
 #                                     or could be created under its nearest existing parent; creates nothing
 #   workspace_fstype DIR              prints the filesystem type holding DIR (or its nearest parent)
+#   workspace_umask                   applies JOB_UMASK (default 077) to this shell and exports it; returns 1
+#                                     with a one-line error when it is not an octal umask
+#
+# JOB_UMASK: everything a job writes (logs, job dirs, TensorBoard events, TSDBs, checkpoints, compile cache)
+# is created under it. 077 (the default) keeps it the submitter's alone; a team that shares a workspace on
+# purpose sets 027 (the group reads) or 007 (the group reads and writes).
 
 _workspace_err() { echo "${0##*/}: $*" >&2; }
 
@@ -38,4 +44,14 @@ check_workspace_writable() {
 
 workspace_fstype() {
   df -PT "$(_nearest_existing "$1")" 2>/dev/null | awk 'NR == 2 { print $2 }'
+}
+
+workspace_umask() {
+  local mask=${JOB_UMASK:-077}
+  if [[ ! $mask =~ ^0?[0-7]{3}$ ]]; then
+    _workspace_err "JOB_UMASK=$mask is not an octal umask; unset it (077: what a job writes is yours alone) or set 027 / 007 for a team workspace"
+    return 1
+  fi
+  umask "$mask"
+  export JOB_UMASK=$mask
 }

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import tempfile
 from pathlib import Path
 
 import click
@@ -20,24 +18,12 @@ from jobkit.analysis import report
 from jobkit.analysis.job import JobReadError, load
 from jobkit.core import paths
 from jobkit.core.errors import JobkitError
+from jobkit.core.files import write_atomic
 from jobkit.ops import jobs
 
 
 class AnalyzeError(Exception):
     """One line: what is wrong and what to do."""
-
-
-def _write(directory: Path, name: str, text: str) -> Path:
-    fd, tmp = tempfile.mkstemp(prefix=f".{name}.", dir=directory)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, directory / name)  # rename is atomic: readers see the old file or the new one
-    except BaseException:
-        os.unlink(tmp)
-        raise
-    return directory / name
 
 
 def json_safe(value):
@@ -71,8 +57,8 @@ def analyze(log_path: Path, out_dir: Path | None = None) -> tuple[buildmod.Analy
         ) from None
     result = buildmod.build(facts)
     try:
-        _write(target, "analysis.json", json.dumps(json_safe(result.doc), indent=1, allow_nan=False) + "\n")
-        _write(target, "report.html", report.render(result))
+        write_atomic(target / "analysis.json", json.dumps(json_safe(result.doc), indent=1, allow_nan=False) + "\n")
+        write_atomic(target / "report.html", report.render(result))
     except OSError as e:  # an analysis/ dir that exists but is not writable, a full disk
         raise AnalyzeError(
             f"cannot write in {target}: {e.strerror.lower()}; pass --output DIR to write it elsewhere"

@@ -22,13 +22,13 @@ import json
 import math
 import os
 import re
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote
 
 from jobkit.analysis import plots
 from jobkit.core import failures, logparse, tgs
+from jobkit.core.files import write_atomic
 from jobkit.core.nodelist import expand_nodelist
 from jobkit.ops import jobs, jobtag
 
@@ -385,25 +385,13 @@ TGS/device and MFU are the steady-state means (steps {tgs.DEFAULT_STEADY[0]}-{tg
 """
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)  # a reader (or the server) sees the old page or the new one, never half
-    except BaseException:
-        os.unlink(tmp)
-        raise
-
-
 def build(ws: Path, output: Path, cache: dict | None = None) -> list[Row]:
     """Read every job and write the page; DashboardError / JobsError when there is nothing to show or no room."""
     rows = collect(ws, output.parent, cache)
     text = render(ws, rows)
     try:
         output.parent.mkdir(parents=True, exist_ok=True)
-        _write_atomic(output, text)
+        write_atomic(output, text)
     except OSError as e:
         raise DashboardError(f"cannot write {output}: {(e.strerror or str(e)).lower()}; pass --output FILE") from None
     return rows
