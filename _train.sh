@@ -113,9 +113,16 @@ main() {
   PASSTHROUGH_ARGS="$*"   # visible to configs/<model>.env.sh, which may branch on CLI overrides
   export PASSTHROUGH_ARGS
 
+  # A container does not inherit the host's umask: files written here follow JOB_UMASK. Not when this tier
+  # runs as another uid than the workspace's owner (a rootful docker's root): its files would be owned by
+  # that uid, and a private mode would lock their owner out of them.
   # shellcheck source=utils/lib/workspace.sh
   source "$SCRIPT_DIR/utils/lib/workspace.sh"
-  workspace_umask || exit 2   # a container does not inherit the host's umask: files written here follow JOB_UMASK
+  if [[ $(stat -c %u "$JOB_WORKSPACE") == "$EUID" ]]; then
+    workspace_umask || exit 2
+  else
+    echo "[_train] warning: training runs as uid $EUID, not as the workspace's owner: the job's files are theirs to read only under this image's umask ($(umask)), JOB_UMASK is not applied; rootless podman keeps them yours and private"
+  fi
   OUTPUT_PATH=$(_output_path)
   export OUTPUT_PATH
   mkdir -p "$OUTPUT_PATH"
