@@ -132,6 +132,29 @@ env_of() { sed -n "s/^$1=//p" "$RECORD.env"; }
   ! grep -q hunter2 "$f" || false   # a bare `! cmd` never fails a bats test
 }
 
+@test "the environment record shows what shapes training and masks every credential, however it is named" {
+  local multi=$'first line\nFAKEmulti0000SECRET'
+  HF_TOKEN=FAKEhf0000SECRET GH_PAT=FAKEpat0000SECRET OPENAI_KEY=FAKEoai0000SECRET AWS_ACCESS_KEY_ID=FAKEaws0000SECRET \
+    JOBKIT_NOTIFY_URLS=tgram://123:FAKEtg0000SECRET/chat PIP_INDEX_URL=https://user:FAKEpip0000SECRET@pypi.example/simple \
+    MULTI_LINE="$multi" NCCL_DEBUG=INFO SOME_RANDOM_SETTING=FAKErandom0000SECRET \
+    run "$REPO/_train.sh" tiny -- _env_FOO=bar _env_WANDB_API_KEY=FAKEwandb0000SECRET \
+      _env_XLA_PYTHON_CLIENT_MEM_FRACTION=.5 _env_DATASET_SOURCE=https://u:FAKEdata0000SECRET@example/d
+  [ "$status" -eq 0 ]
+  local f=$JOB_WORKSPACE/$JOB_DIR/environment.node0.txt
+  grep -qx 'FOO=bar' "$f"                                  # an _env_ override is training's own setting
+  grep -qx 'XLA_PYTHON_CLIENT_MEM_FRACTION=.5' "$f"
+  grep -qx 'NCCL_DEBUG=INFO' "$f"
+  grep -qx 'JAX_PLATFORMS=cpu' "$f"
+  grep -qx 'DATASET_SOURCE=https://\*\*\*@example/d' "$f"          # shown, but not its password
+  for name in HF_TOKEN GH_PAT OPENAI_KEY AWS_ACCESS_KEY_ID JOBKIT_NOTIFY_URLS PIP_INDEX_URL MULTI_LINE \
+      SOME_RANDOM_SETTING WANDB_API_KEY; do
+    grep -qx "$name=\*\*\*" "$f"
+  done
+  ! grep -q 0000SECRET "$f" || false
+  ! grep -q 0000SECRET <<<"$output" || false                # nor in the log lines of the overrides
+  [[ $output == *"_env_ override: WANDB_API_KEY=***"* ]]
+}
+
 @test "an unknown model and a missing contract variable fail with the fix" {
   run "$REPO/_train.sh" nosuch
   [ "$status" -eq 2 ]
