@@ -306,6 +306,8 @@ def test_a_job_dir_without_permission_is_refused_and_left_alone(plain_job, tmp_p
     job_dir = copy.with_suffix("")
     for p in [job_dir, *job_dir.rglob("*")]:
         os.lchown(p, 65534, 65534)
+        if not p.is_symlink():  # a teammate's job dir shared on purpose (JOB_UMASK=022): readable, not writable
+            p.chmod(p.stat().st_mode | (0o055 if p.is_dir() else 0o044))
     before = tree(job_dir)
     result = _without_root_powers("analyze", "latest", "--workspace", str(tmp_path / "ws"))
     assert result.returncode == 1, result.stdout + result.stderr
