@@ -275,6 +275,26 @@ def _get(url):
 
 
 @pytest.mark.e2e  # headless Chromium (browser.py)
+def serve(workspace, first_port):
+    """`jobkit dashboard --serve` of WORKSPACE from FIRST_PORT on, in the background (stdout and stderr piped)."""
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "jobkit",
+            "dashboard",
+            "--serve",
+            "--workspace",
+            str(workspace),
+            "--port",
+            str(first_port),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
 def test_serve_loopback_next_free_port_tunnel_rebuild_and_stop(workspace, request):
     stem = JOBS[0][0].removesuffix(".log")
     add_analysis(workspace, stem, {"failure": {"class": "oom", "detail": None}})
@@ -282,12 +302,7 @@ def test_serve_loopback_next_free_port_tunnel_rebuild_and_stop(workspace, reques
     taken.bind(("127.0.0.1", 0))
     taken.listen()
     first = taken.getsockname()[1]
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "jobkit", "dashboard", "--serve", "--workspace", str(workspace), "--port", str(first)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    proc = serve(workspace, first)
     try:
         lines = []
         deadline = time.monotonic() + 30
@@ -342,12 +357,7 @@ def test_serve_hands_out_no_file_a_planted_link_points_at(workspace, tmp_path):
     probe.bind(("127.0.0.1", 0))
     first = probe.getsockname()[1]  # a first port to try; the server moves on if someone took it since
     probe.close()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "jobkit", "dashboard", "--serve", "--workspace", str(workspace), "--port", str(first)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    proc = serve(workspace, first)
     try:
         port = None
         for line in proc.stdout:  # the URL line comes before "Ctrl-C stops it."

@@ -178,16 +178,13 @@ def test_sbatch_rejecting_an_argument_shows_its_message_and_leaves_nothing(slurm
     assert not list(workspace.glob("*-JAX-*"))
 
 
-def test_one_node_ray_job_trains_under_ray_and_succeeds(slurm_env):
-    """RAY=1 on one Slurm node used to crash in MaxText (exit 139): the batch script exported the coordinator's
-    address without a port, and MaxText started a distributed service on "<ip>:None". Its Ray and exporter
-    bound the node's cluster address too, where loopback is all one node needs."""
-    steps = 8
+def run_ray_job(env, nodes, steps):
+    """A RAY=1 job of the tiny model on NODES nodes, run to its end: (job id, log path, log text)."""
     result = submit(
-        slurm_env,
+        env,
         "tiny",
         "-N",
-        "1",
+        str(nodes),
         "--",
         f"steps={steps}",
         extra_env={"RAY": "1", "EXPORTER_INTERVAL": "2", "TENSORBOARD": "0"},
@@ -195,7 +192,16 @@ def test_one_node_ray_job_trains_under_ray_and_succeeds(slurm_env):
     assert result.returncode == 0, result.stderr
     job_id = job_id_of(result)
     log = log_of(result)
-    state, text = wait_for_end(slurm_env, job_id, log, timeout=480)
+    _, text = wait_for_end(env, job_id, log, timeout=480)
+    return job_id, log, text
+
+
+def test_one_node_ray_job_trains_under_ray_and_succeeds(slurm_env):
+    """RAY=1 on one Slurm node used to crash in MaxText (exit 139): the batch script exported the coordinator's
+    address without a port, and MaxText started a distributed service on "<ip>:None". Its Ray and exporter
+    bound the node's cluster address too, where loopback is all one node needs."""
+    steps = 8
+    _, _, text = run_ray_job(slurm_env, 1, steps)
     assert "Status: SUCCESS (exit 0)" in text, text[-4000:]
     head = header(text)
     assert head["RAY"] == "1" and head["NNODES"] == "1"
@@ -210,19 +216,7 @@ def test_one_node_ray_job_trains_under_ray_and_succeeds(slurm_env):
 def test_two_node_ray_job_lands_both_hosts_in_one_tsdb(slurm_env):
     """RAY=1 on two Slurm nodes: one Ray cluster, both exporters scraped by rank 0's Prometheus, every step."""
     steps = 10
-    result = submit(
-        slurm_env,
-        "tiny",
-        "-N",
-        "2",
-        "--",
-        f"steps={steps}",
-        extra_env={"RAY": "1", "EXPORTER_INTERVAL": "2", "TENSORBOARD": "0"},
-    )
-    assert result.returncode == 0, result.stderr
-    job_id = job_id_of(result)
-    log = log_of(result)
-    state, text = wait_for_end(slurm_env, job_id, log, timeout=480)
+    job_id, log, text = run_ray_job(slurm_env, 2, steps)
     assert "Status: SUCCESS (exit 0)" in text, text[-4000:]
     assert header(text)["RAY"] == "1"
     assert re.search(r"\[ray_launch\] node 10\.77\.0\.\d+ rank 1: started pid", text), text[-4000:]
