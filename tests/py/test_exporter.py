@@ -176,16 +176,21 @@ def test_serves_two_plugins_and_404_elsewhere(exporter):
     assert e.stop() == 0
 
 
-def test_a_plugin_still_on_its_first_run_is_not_reported_up(exporter):
-    """Until a plugin's first run ends there is no result: no hw_plugin_up 1 on a page without its samples."""
-    e = exporter("--interval", "5", "--timeout", "3")
+def test_a_plugin_still_on_its_first_run_is_not_reported_up(exporter, tmp_path):
+    """Until a plugin's first run ends there is no result: no hw_plugin_up 1 on a page without its samples.
+    The slow plugin's first run ends when the test says so (a file appears), not after a sleep the test would
+    have to outpace on a loaded machine."""
+    go = tmp_path / "go"
+    e = exporter("--interval", "5", "--timeout", "120")
     _plugin(e.plugins, "fast", 'echo "fake_fast 1"\n')
-    _plugin(e.plugins, "slow", 'sleep 1.5; echo "fake_slow 2"\n')
+    _plugin(e.plugins, "slow", f'while [ ! -e {go} ]; do sleep 0.05; done; echo "fake_slow 2"\n')
     e.start()
     page = e.wait_page(r"^fake_fast 1$") and e.page()
     assert "fake_slow" not in page
     assert not re.search(r'hw_plugin_up\{[^}]*plugin="slow"', page), page
-    e.wait_page(r"^fake_slow 2$")
+    go.touch()
+    page = e.wait_page(r"^fake_slow 2$")
+    assert e.stop() == 0
 
 
 def test_state_round_trip_and_plugin_environment(exporter, tmp_path):

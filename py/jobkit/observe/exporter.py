@@ -50,6 +50,7 @@ DEFAULT_PORT = 9500  # 9400 belongs to NVIDIA's DCGM exporter
 PORT_TRIES = 20
 DISABLE_RC = 99
 MAX_OUTPUT = 8 << 20  # bytes of stdout kept from one plugin run
+LINGER_POLL_S = 0.01  # how often a run whose stdout closed is checked for its exit
 DEFAULT_PLUGINS_DIR = UTILS_DIR / "plugins"
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -354,11 +355,15 @@ class Exporter:
             self._start(plugin, self.host)
         deadline = time.monotonic() + self.timeout
         lingering = []  # runs whose stdout closed before their process was reaped
-        while self.running and not self.stopping:
+        while (self.running or lingering) and not self.stopping:
             left = deadline - time.monotonic()
             if left <= 0:
                 break
-            for key, _ in self.selector.select(left):
+            # A run is settled (its page published) as soon as its process is reaped, not when the cycle
+            # ends: a plugin that printed and exited must not wait for a slow one. `echo` then exit often
+            # closes stdout a moment before the process can be reaped, so such runs are polled briefly.
+            lingering = [run for run in lingering if not self._settled_if_reaped(run)]
+            for key, _ in self.selector.select(min(left, LINGER_POLL_S) if lingering else left):
                 run = self.running.get(key.fd)
                 if run is None:
                     continue  # the wake-up pipe: stopping is set
@@ -400,6 +405,13 @@ class Exporter:
             with self.render_lock:
                 self.cycles += 1
                 self.publish()
+
+    def _settled_if_reaped(self, run) -> bool:
+        rc = run.proc.poll()
+        if rc is None:
+            return False
+        self._settle(run, rc)
+        return True
 
     def _done(self, fd):
         self.selector.unregister(fd)
