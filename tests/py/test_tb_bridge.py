@@ -29,7 +29,6 @@ from jobkit.observe import exporter, tb_backfill, tb_events, tb_serve
 REPO = Path(__file__).resolve().parents[2]
 FIXTURE_DIR = REPO / "tests" / "fixtures" / "tensorboard"
 FIXTURE = FIXTURE_DIR / "tiny" / "tensorboard" / "tiny" / "events.out.tfevents.1795412855.vm"
-PROM_SH = REPO / "utils" / "prometheus.sh"
 PROM_LIB = REPO / "utils" / "lib" / "prometheus.sh"
 JOBKIT = Path(sys.executable).parent / "jobkit"  # the venv's console script, as a user runs it
 MAXTEXT_TAGS = {
@@ -435,13 +434,6 @@ def test_serve_stops_on_sigterm_and_honours_since(tmp_path):
 
 
 # ---- live scrape, stop, backfill, view: against a real Prometheus --------------------------------------------
-@pytest.fixture(scope="module")
-def prometheus_ready():
-    proc = subprocess.run([str(PROM_SH), "install"], capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr
-    assert shutil.which("promtool") or os.access("/usr/bin/promtool", os.X_OK), "promtool is not installed"
-
-
 def stop_pid(pid, sig=signal.SIGTERM, timeout=10):
     try:
         os.kill(pid, sig)
@@ -450,7 +442,7 @@ def stop_pid(pid, sig=signal.SIGTERM, timeout=10):
     wait_for(lambda: not pid_alive(pid), timeout, f"pid {pid} to exit")
 
 
-def test_live_scrape_then_backfill_holds_every_step_once(tmp_path, prometheus_ready):
+def test_live_scrape_then_backfill_holds_every_step_once(tmp_path, prometheus_installed):
     host = socket.gethostname().split(".", 1)[0]
     ws = tmp_path / "ws"
     job = ws / "local_20261123_000000_beef-JAX-tiny"
