@@ -340,3 +340,31 @@ def test_view_moves_past_a_taken_port(stopped_tsdb):
     finally:
         blocker.close()
     assert rc == 0 and f"[Prometheus] WARNING: port {taken} was occupied; using {view.port} instead" in err, err
+
+
+def test_the_backfills_admin_api_refuses_requests_without_its_password(stopped_tsdb, prometheus_bin):
+    """Loopback is shared by every user of the node: the throwaway Prometheus that the backfill starts with the
+    admin API (which deletes series) answers only the random password it was started with."""
+    import base64
+    import urllib.error
+    import urllib.request
+
+    from jobkit.observe import promserver
+
+    server = promserver.start(str(stopped_tsdb), str(prometheus_bin), admin_api=True)
+    try:
+        assert server.auth and server.auth.startswith("Basic ")
+        for path, method in (("/api/v1/admin/tsdb/delete_series?match[]=up", "POST"), ("/api/v1/status/flags", "GET")):
+            with pytest.raises(urllib.error.HTTPError) as refused:
+                urllib.request.urlopen(urllib.request.Request(server.url + path, method=method), timeout=10)
+            assert refused.value.code == 401, path
+        with urllib.request.urlopen(server.request("/api/v1/status/flags"), timeout=10) as resp:
+            flags = json.loads(resp.read())["data"]
+        assert flags["web.enable-admin-api"] == "true"
+        web_config = Path(flags["web.config.file"])
+        assert web_config.stat().st_mode & 0o077 == 0 and web_config.parent.stat().st_mode & 0o077 == 0
+        password = base64.b64decode(server.auth.split()[1]).decode().split(":", 1)[1]
+        assert password not in web_config.read_text()  # only its bcrypt hash is on disk
+    finally:
+        server.stop()
+    assert not web_config.exists()

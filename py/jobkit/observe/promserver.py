@@ -6,12 +6,18 @@ Prometheus that scrapes during a job is the shell's (utils/lib/prometheus.sh).
 
 Start-up failures are told apart from Prometheus's log: a port someone else took in the meantime -> the next
 port; the TSDB locked or held by another Prometheus -> "in use"; anything else -> one line with Prometheus's own
-error. A start that fails removes exactly the files and dirs it added to the TSDB (Prometheus creates lock,
+error. With admin_api=True (the backfill's snapshot), the admin API is open only behind basic auth with a random
+password that lives in this process and a 0600 web config in a private temp dir: loopback is shared by every user
+of the node, and the admin API deletes series. A start that fails removes exactly the files and dirs it added to the TSDB (Prometheus creates lock,
 queries.active, wal/, chunks_head/ ... before it gives up), so a failed start leaves the TSDB as it found it.
 """
 
+import base64
+import ctypes
+import ctypes.util
 import os
 import re
+import secrets
 import shutil
 import socket
 import subprocess
@@ -89,9 +95,45 @@ def kernel_port():
         return s.getsockname()[1]
 
 
-def _ready(port):
+def bcrypt_hash(password):
+    """PASSWORD's bcrypt hash ($2b$, what Prometheus's web config takes), from the system's libcrypt (libxcrypt
+    on current distributions); None where libcrypt has no bcrypt."""
+    name = ctypes.util.find_library("crypt")
+    if not name:
+        return None
     try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/-/ready", timeout=2) as resp:
+        lib = ctypes.CDLL(name)
+        lib.crypt_gensalt.restype = lib.crypt.restype = ctypes.c_char_p
+        lib.crypt_gensalt.argtypes = [ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p, ctypes.c_int]
+        lib.crypt.argtypes = [ctypes.c_char_p, ctypes.c_char_p]
+        # Cost 2^5: the password is 256 random bits, so the hash's slowness protects nothing; start-up speed does.
+        salt = lib.crypt_gensalt(b"$2b$", 5, None, 0)
+        hashed = lib.crypt(password.encode(), salt) if salt else None
+    except (OSError, AttributeError):
+        return None
+    return hashed.decode() if hashed and hashed.startswith(b"$2b$") else None
+
+
+def _admin_web_config(workdir):
+    """A web config with one random basic-auth user in WORKDIR (0600); (path, Authorization value), or (None,
+    None) where no bcrypt is available."""
+    password = secrets.token_urlsafe(32)
+    hashed = bcrypt_hash(password)
+    if hashed is None:
+        return None, None
+    path = os.path.join(workdir, "web.yml")
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(f"basic_auth_users:\n  jobkit: '{hashed}'\n")
+    return path, "Basic " + base64.b64encode(f"jobkit:{password}".encode()).decode()
+
+
+def _ready(port, auth=None):
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{port}/-/ready", headers={"Authorization": auth} if auth else {}
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=2) as resp:
             return resp.status == 200
     except (OSError, urllib.error.URLError):
         return False
@@ -129,8 +171,15 @@ def startup_error(log_text):
 class Server:
     """A running throwaway Prometheus: pid, port, log path; stop() ends it."""
 
-    def __init__(self, proc, port, log_path, workdir):
+    def __init__(self, proc, port, log_path, workdir, auth=None):
         self.proc, self.pid, self.port, self.log_path, self._workdir = proc, proc.pid, port, log_path, workdir
+        self.auth = auth  # the Authorization header value its requests need (admin_api), else None
+
+    def request(self, path, method="GET"):
+        """A urllib Request for PATH on this server, with its credentials."""
+        return urllib.request.Request(
+            self.url + path, method=method, headers={"Authorization": self.auth} if self.auth else {}
+        )
 
     @property
     def url(self):
@@ -153,6 +202,7 @@ def start(
     extra_args=(),
     ready_timeout=30,
     on_port_taken=None,
+    admin_api=False,
 ):
     """Starts prometheus on TSDB, listening on 127.0.0.1: FIRST_PORT or the next free one of TRIES (None: a
     port the kernel picks, TRIES times). Returns a ready Server; raises PromServerError (TSDB as found)."""
@@ -164,6 +214,12 @@ def start(
     config = os.path.join(workdir, "prometheus.yml")
     with open(config, "w") as f:
         f.write(NO_TARGETS_CONFIG)
+    auth = None
+    if admin_api:
+        web_config, auth = _admin_web_config(workdir)
+        extra_args = [*extra_args, "--web.enable-admin-api"]
+        if web_config:
+            extra_args.append(f"--web.config.file={web_config}")
     before = _tree(tsdb)
     port = first_port
     try:
@@ -174,7 +230,7 @@ def start(
                 port += 1
             if first_port is not None and not port_free(port):
                 continue
-            server = _launch(tsdb, prometheus, port, config, log_path, extra_args, ready_timeout, workdir)
+            server = _launch(tsdb, prometheus, port, config, log_path, extra_args, ready_timeout, workdir, auth)
             if server:
                 if first_port is not None and port != first_port and on_port_taken:
                     on_port_taken(first_port, port)
@@ -187,7 +243,7 @@ def start(
         raise
 
 
-def _launch(tsdb, prometheus, port, config, log_path, extra_args, ready_timeout, workdir):
+def _launch(tsdb, prometheus, port, config, log_path, extra_args, ready_timeout, workdir, auth=None):
     """A ready Server, or None when the port was taken under us; PromServerError for every other failure."""
     mark = os.path.getsize(log_path) if os.path.exists(log_path) else 0
     with open(log_path, "a") as log:
@@ -207,8 +263,8 @@ def _launch(tsdb, prometheus, port, config, log_path, extra_args, ready_timeout,
         )
     deadline = time.monotonic() + ready_timeout
     while proc.poll() is None:
-        if _ready(port):
-            return Server(proc, port, log_path, workdir)
+        if _ready(port, auth):
+            return Server(proc, port, log_path, workdir, auth)
         if time.monotonic() >= deadline:
             procfs.stop([proc.pid], 10)
             proc.wait()

@@ -14,7 +14,7 @@ merged away by Prometheus at query time.
 Before it adds blocks, it persists the TSDB's WAL (the job's head data, every metric) as a block: Prometheus
 drops WAL samples older than the newest block's end when it next opens the TSDB, so adding a block that ends at
 the last training step would silently delete all other metrics recorded up to then. It does so with a
-throwaway Prometheus on the TSDB (jobkit.observe.promserver, admin API) and its snapshot API: the head block of the
+throwaway Prometheus on the TSDB (jobkit.observe.promserver, admin API behind a random password) and its snapshot API: the head block of the
 snapshot is moved into the TSDB. That Prometheus refuses to start while another one holds the TSDB, so a
 backfill into a live TSDB fails cleanly. --dry-run prints the OpenMetrics text instead of touching the TSDB.
 """
@@ -180,14 +180,15 @@ def persist_head(tsdb, prometheus, log, ready_timeout=300):
     Returns the number of blocks added to the TSDB.
     """
     try:
-        server = promserver.start(
-            tsdb, prometheus, tries=3, extra_args=["--web.enable-admin-api"], ready_timeout=ready_timeout
-        )
+        server = promserver.start(tsdb, prometheus, tries=3, admin_api=True, ready_timeout=ready_timeout)
     except promserver.PromServerError as e:
         raise BackfillError(str(e)) from None
     try:
-        request = urllib.request.Request(f"{server.url}/api/v1/admin/tsdb/snapshot?skip_head=false", method="POST")
-        with urllib.request.urlopen(request, timeout=600) as resp:
+        if server.auth is None:
+            log("[!] this system's libcrypt has no bcrypt: the throwaway Prometheus's admin API had no password")
+        with urllib.request.urlopen(
+            server.request("/api/v1/admin/tsdb/snapshot?skip_head=false", "POST"), timeout=600
+        ) as resp:
             name = json.loads(resp.read())["data"]["name"]
     finally:
         server.stop(grace=60)
