@@ -57,7 +57,7 @@ _LABEL=maxtext-launcher
 _CONTAINER_ENV_ALLOWLIST=(
   JOB_ID JOB_NAME JOB_DIR                       # job identity; JOB_DIR is relative to JOB_WORKSPACE
   NNODES NODE_RANK                              # node count and this node's 0-based rank
-  JAX_COORDINATOR_IP JAX_COORDINATOR_PORT       # rank 0's address (multi-node only)
+  JAX_COORDINATOR_IP JAX_COORDINATOR_PORT JAX_COORDINATOR_BIND_ADDRESS  # rank 0's address (multi-node only)
   MODEL_NAME MODEL_NAME_ALIAS EXP_TAG           # from the MODEL_SPEC
   NODELIST_EXPANDED                             # comma-separated hostnames of the job
   RAY RAY_PORT                                  # observability switch and Ray's GCS port

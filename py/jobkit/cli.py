@@ -70,6 +70,10 @@ COMMANDS: CommandTable = {
     ),
     "tsdb": ("jobkit.observe.tsdb:group", "Browse a job's Prometheus TSDB after the job."),
     "ray-launch": ("jobkit.observe.ray_driver:command", "Run a command on every node of a Ray cluster."),
+    "reap": (
+        "jobkit.core.commands:reap_command",
+        "Run ARGV... as a child subreaper: what it leaves behind (a daemon that detached, like Ray's GCS) stays in the job's process tree and is stopped when it ends.",
+    ),
     "ray-start": (
         "jobkit.observe.ray_start:command",
         "Run `ray start ARGS...` with Ray's CLI minus its serve/job/state groups (faster to import).",

@@ -53,3 +53,51 @@ start_cmd_of() {
   run "$REPO_DIR/.venv/bin/python" -X importtime "$REPO_DIR/.venv/bin/ray" --help
   [[ $output == *' ray.util.state.api'* && $output == *' ray.dashboard.modules.job.sdk'* ]]
 }
+
+@test "ray_make_token: 64 hex digits in a 0600 file of a 0700 dir it creates; refuses to overwrite or to use a shared dir" {
+  source "$REPO_DIR/utils/lib/ray_cluster.sh"
+  local token=$BATS_TEST_TMPDIR/job/.ray/auth/token
+  mkdir -p "$BATS_TEST_TMPDIR/job/.ray"
+  run ray_make_token "$token"
+  [ "$status" -eq 0 ] && [ -z "$output" ]
+  [[ $(<"$token") =~ ^[0-9a-f]{64}$ ]]
+  [ "$(stat -c %a "$token")" = 600 ] && [ "$(stat -c %a "${token%/*}")" = 700 ]
+  local first; first=$(<"$token")
+  run ray_make_token "$token"
+  [ "$status" -eq 1 ] && [[ $output == *"already exists"* ]]
+  [ "$(<"$token")" = "$first" ]
+  # Two tokens differ (random, not derived from anything guessable).
+  run ray_make_token "$BATS_TEST_TMPDIR/other/token"
+  [ "$(<"$BATS_TEST_TMPDIR/other/token")" != "$first" ]
+  # A directory others may write: someone could swap the token under us.
+  mkdir -m 0777 "$BATS_TEST_TMPDIR/shared"
+  chmod 0777 "$BATS_TEST_TMPDIR/shared"
+  run ray_make_token "$BATS_TEST_TMPDIR/shared/token"
+  [ "$status" -eq 1 ] && [[ $output == *"not a private directory of yours"* ]]
+  [ ! -e "$BATS_TEST_TMPDIR/shared/token" ]
+  run ray_make_token relative/token
+  [ "$status" -eq 2 ] && [ "${#lines[@]}" -eq 1 ]
+}
+
+@test "ray start with RAY_AUTH_TOKEN_PATH: a token others can read, or no token file, is refused before Ray starts" {
+  make_stub ray 'echo started >>"$STUB_LOG_DIR/ray.calls"'
+  export RAY_BIN=$BATS_TEST_TMPDIR/stubs/ray STUB_LOG_DIR=$BATS_TEST_TMPDIR
+  source "$REPO_DIR/utils/lib/ray_cluster.sh"
+  local token=$BATS_TEST_TMPDIR/auth/token
+  ray_make_token "$token"
+  chmod 0644 "$token"
+  RAY_AUTH_TOKEN_PATH=$token run _ray_run_start "$BATS_TEST_TMPDIR/rt" 127.0.0.1 --head
+  [ "$status" -eq 1 ] && [ "${#lines[@]}" -eq 1 ]
+  [[ $output == *"must be yours and 0600"* ]]
+  RAY_AUTH_TOKEN_PATH=$BATS_TEST_TMPDIR/auth/missing run _ray_run_start "$BATS_TEST_TMPDIR/rt" 127.0.0.1 --head
+  [ "$status" -eq 1 ] && [[ $output == *"is not a regular file"* ]]
+  [ ! -e "$BATS_TEST_TMPDIR/ray.calls" ]
+  # With a private token, Ray starts with token authentication on and the file's path (never its content).
+  chmod 0600 "$token"
+  make_stub ray 'env >"$STUB_LOG_DIR/ray.env"; echo "$@" >"$STUB_LOG_DIR/ray.args"'
+  RAY_AUTH_TOKEN_PATH=$token run _ray_run_start "$BATS_TEST_TMPDIR/rt" 127.0.0.1 --head
+  [ "$status" -eq 0 ]
+  grep -qx 'RAY_AUTH_MODE=token' "$BATS_TEST_TMPDIR/ray.env"
+  grep -qx "RAY_AUTH_TOKEN_PATH=$token" "$BATS_TEST_TMPDIR/ray.env"
+  ! grep -q "$(<"$token")" "$BATS_TEST_TMPDIR/ray.env" "$BATS_TEST_TMPDIR/ray.args"
+}

@@ -2,19 +2,24 @@
 against a real one-node Ray cluster.
 
 One Ray head for the whole module (started and stopped through utils/lib/ray_cluster.sh, on 127.0.0.1 with its own
-short --temp-dir); every test runs the launcher as a separate driver process against it. The head's
+short --temp-dir, token authentication on: a token from ray_make_token); every test runs the launcher as a separate
+driver process against it, with the token. The head's
 environment carries a marker variable, which the launched commands must see (the node's environment is theirs),
 while no RAY_* variable may reach them. Nothing here uses `ray stop` or kills by name: the head is stopped by
 its temp dir, test processes by their PIDs.
 """
 
+import json
 import os
+import re
+import shutil
 import signal
 import socket
 import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -105,26 +110,38 @@ def wait_for(predicate, timeout: float, what: str):
 @pytest.fixture(scope="module")
 def cluster():
     temp = tempfile.mkdtemp(prefix="mxr-t", dir="/tmp")
+    auth = tempfile.mkdtemp(prefix="mxr-a", dir="/tmp")
+    token = f"{auth}/job/token"
+    assert lib(f"ray_make_token {token}").returncode == 0
     ports = [free_port() for _ in range(3)]
     t0 = time.monotonic()
-    proc = lib(f"ray_start_head {temp} 127.0.0.1 {ports[0]} {ports[1]} {ports[2]}", env=node_env())
+    proc = lib(
+        f"ray_start_head {temp} 127.0.0.1 {ports[0]} {ports[1]} {ports[2]}",
+        env=dict(node_env(), RAY_AUTH_TOKEN_PATH=token),
+    )
     started = time.monotonic() - t0
     try:
         assert proc.returncode == 0, proc.stderr
         print(f"ray_start_head: {started:.1f} s")
-        yield {"address": f"127.0.0.1:{ports[0]}", "temp": temp, "dashboard": ports[1]}
+        yield {"address": f"127.0.0.1:{ports[0]}", "temp": temp, "dashboard": ports[1], "token": token}
     finally:
         t0 = time.monotonic()
         stop = lib(f"ray_stop_node {temp}", timeout=60)
         print(f"ray_stop_node: {time.monotonic() - t0:.2f} s")
         left = procs_naming(temp)
-        subprocess.run(["rm", "-rf", temp], check=False)
+        subprocess.run(["rm", "-rf", temp, auth], check=False)
         assert stop.returncode == 0, stop.stderr
         assert left == [], f"processes of the Ray node survived ray_stop_node: {left}"
 
 
-def launch(cluster, *cmd, opts=(), **kwargs) -> subprocess.Popen:
+def with_token(cluster) -> dict:
+    """This process's environment without RAY_*, plus the two variables that make a driver use the token."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
+    return dict(env, RAY_AUTH_MODE="token", RAY_AUTH_TOKEN_PATH=cluster["token"])
+
+
+def launch(cluster, *cmd, opts=(), **kwargs) -> subprocess.Popen:
+    env = with_token(cluster)
     return subprocess.Popen(
         [str(JOBKIT), "ray-launch", "--address", cluster["address"], *opts, "--", *cmd],
         stdout=subprocess.PIPE,
@@ -246,7 +263,9 @@ def test_pyspy_shim_dumps_the_training_process_of_an_actor(cluster, tmp_path):
         assert f"Ray worker {worker} -> its training process {child}" in dump.stderr
         # The same through the dashboard's own "Stack Trace" endpoint (its agent finds the shim on PATH).
         url = f"http://127.0.0.1:{cluster['dashboard']}/worker/traceback?ip=127.0.0.1&pid={worker}"
-        with urllib.request.urlopen(url, timeout=30) as reply:
+        token = Path(cluster["token"]).read_text()
+        request = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"})
+        with urllib.request.urlopen(request, timeout=30) as reply:
             text = reply.read().decode()
         assert "jobkit_unique_training_loop" in text and f"Process {child}:" in text, text
         # Any other PID goes to the real py-spy unchanged.
@@ -506,3 +525,63 @@ def test_watchdog_kills_the_group_only_when_its_pipe_closes_without_done(said):
     finally:
         group.kill()
         group.wait()
+
+
+def _agent_http_port(temp: str) -> int:
+    """The HTTP port of the node's dashboard agent (it serves the job-agent API): the raylet starts the agent
+    with --listen-port=PORT, inside one word of its own command line."""
+    for pid in procs_naming(temp):
+        found = re.search(r"--listen-port=(\d+)", " ".join(procfs.cmdline(pid)))
+        if found:
+            return int(found.group(1))
+    raise AssertionError("no --listen-port for the dashboard agent among the node's processes")
+
+
+def test_without_the_token_no_job_is_submitted_and_no_driver_connects(cluster, tmp_path):
+    """What any user of the node (or, for the agent, of the cluster network) tried in the security audit: a job
+    POSTed to Ray's job API ran a shell command as the job's owner. With the job's token required, nothing runs."""
+    canary = tmp_path / "ran_as_owner"
+    body = json.dumps({"entrypoint": f"touch {canary}", "entrypoint_num_cpus": 0}).encode()
+    for url in (
+        f"http://127.0.0.1:{cluster['dashboard']}/api/jobs/",
+        f"http://127.0.0.1:{_agent_http_port(cluster['temp'])}/api/job_agent/jobs/",
+    ):
+        request = urllib.request.Request(url, data=body, method="POST", headers={"Content-Type": "application/json"})
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(request, timeout=30)
+        assert refused.value.code in (401, 403), url
+    # A driver without the token (GCS, where actors are listed and killed, is behind the same check).
+    no_token = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
+    probe = (
+        "import ray, sys\n"
+        f"try:\n    ray.init(address='{cluster['address']}', logging_level='ERROR')\n"
+        "except Exception as exc:\n    sys.exit(f'refused: {type(exc).__name__}')\n"
+        "print('connected', len(ray.nodes()))\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", probe],
+        env=dict(no_token, RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="0", HOME=str(tmp_path)),
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert proc.returncode != 0 and "connected" not in proc.stdout, proc.stdout + proc.stderr[-2000:]
+    assert not canary.exists()
+    # The same driver with the token connects: the refusal above is the token's doing.
+    proc = subprocess.run(
+        [sys.executable, "-c", probe],
+        env=dict(with_token(cluster), RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="0"),
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert proc.stdout.startswith("connected 1"), proc.stderr[-2000:]
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("setpriv"), reason="needs root and setpriv")
+def test_another_user_cannot_read_the_token(cluster):
+    token = Path(cluster["token"])
+    assert token.stat().st_mode & 0o777 == 0o600 and token.parent.stat().st_mode & 0o777 == 0o700
+    as_nobody = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+    proc = subprocess.run([*as_nobody, "cat", str(token)], capture_output=True, text=True, timeout=30)
+    assert proc.returncode != 0 and "Permission denied" in proc.stderr and proc.stdout == ""

@@ -5,7 +5,8 @@
 #     Runs the training command CMD (an argv; the same on every node) with the observability stack around it and
 #     returns training's exit status. The steps, in order:
 #       every node   start the metrics exporter
-#       rank 0       start the Ray head (in the background) on the cluster-private address, Prometheus (TSDB in
+#       rank 0       make the job's Ray token (<job_dir>/.ray/auth/token, 0600 in a 0700 dir: every Ray process
+#                    of the job, and anyone who drives it, needs it), start the Ray head (in the background) on the cluster-private address, Prometheus (TSDB in
 #                    <job_dir>/prometheus/), TensorBoard, the driver (`jobkit ray-launch`: one actor per node,
 #                    training in its own process); print the SSH tunnel for whatever started; wait for training
 #       other ranks  join the Ray cluster, wait for rank 0's verdict
@@ -48,7 +49,9 @@ OBS_RAY_UNREACHABLE_RC=75
 #   host ip nice           short hostname, the address the exporter and Ray bind, niceness of the services
 #   job_path shared state  <job_dir>, <job_dir>/.ray (rank 0's verdict for the other ranks), a private temp dir
 #   python                 interpreter for TensorBoard
-#   ray_tmp                this node's Ray --temp-dir (short: Ray's socket paths under it must fit in 107 bytes)
+#   ray_tmp                this node's Ray --temp-dir (short: Ray's socket paths under it must fit in 107 bytes),
+#                          a fresh 0700 directory (mktemp): no other user can plant or replace anything in it
+#   token                  the job's Ray token file, on the shared filesystem
 #   ray                    off | starting | up | failed; ray_rc_file (the head's start status), ray_head_pid,
 #                          ray_started (there may be Ray processes to stop), ray_metrics_port, ray_sd_file
 #   dash_port prom_port tb_port   the ports of what started on 127.0.0.1 ("" when it did not start)
@@ -79,9 +82,9 @@ _obs_init() {
     [host]=${host%%.*} [job_path]=$JOB_WORKSPACE/$JOB_DIR [nice]=${OBS_NICE:-10} [cancelled]=0
     [ray]=off [ray_started]="" [ray_head_pid]="" [ray_sd_file]="" [dash_port]="" [prom_port]="" [tb_port]=""
     [exporter_pid]="" [tb_pid]="" [child_pid]="" [sink]="" [record_pid]=""
-    [ray_tmp]=/tmp/mxray-$(printf '%s' "${JOB_ID:-$$}" | cksum | cut -d' ' -f1)-${NODE_RANK:-0}
   )
   _OBS[shared]=${_OBS[job_path]}/.ray
+  _OBS[token]=${_OBS[shared]}/auth/token
   # OBS_PYTHON runs the package from this checkout with that interpreter (it may be an image's, without jobkit).
   if [[ -n ${OBS_PYTHON:-} ]]; then
     _OBS[python]=$OBS_PYTHON
@@ -92,6 +95,12 @@ _obs_init() {
   fi
   _OBS[state]=$(mktemp -d "${TMPDIR:-/tmp}/obs.XXXXXX") || { _obs_log "cannot create a temp dir in ${TMPDIR:-/tmp}: training without observability"; return 1; }
   _OBS[ray_rc_file]=${_OBS[state]}/ray_head.rc
+  # /tmp itself, not TMPDIR: Ray's unix socket paths under it must stay short.
+  _OBS[ray_tmp]=$(mktemp -d /tmp/mxray.XXXXXX) || {
+    _obs_log "cannot create a temp dir in /tmp: training without observability"
+    rm -rf "${_OBS[state]}"
+    return 1
+  }
   # Training started by this node's Ray actor writes here, this shell's own stdout (the job log, through
   # srun's per-task prefix under Slurm), instead of streaming every line through Ray to rank 0.
   # Only a pipe or a terminal: a regular file's shared offset would let the shell's writes overwrite the child's.
@@ -109,7 +118,7 @@ _obs_init() {
     return 0
   fi
   _obs_log "no cluster-private address ($(<"$ip_err")): training without observability"
-  rm -rf "${_OBS[state]}"
+  rm -rf "${_OBS[state]}" "${_OBS[ray_tmp]}"
   return 1
 }
 
@@ -140,6 +149,12 @@ _obs_ray_installed() {
 _obs_start_head() {
   local rc_file=${_OBS[ray_rc_file]}
   RAY_PORT=${RAY_PORT:-$(pick_free_port)} || { _obs_log "[!] no free port for Ray's GCS: training without Ray"; return 1; }
+  local why
+  if ! why=$(ray_make_token "${_OBS[token]}" 2>&1); then
+    _obs_log "[!] ${why#ray_cluster: }: training without Ray"
+    return 1
+  fi
+  _obs_use_token
   _OBS[dash_port]=$(_obs_port_from "${RAY_DASHBOARD_PORT:-8265}") || _OBS[dash_port]=${RAY_DASHBOARD_PORT:-8265}
   _OBS[ray]=starting _OBS[ray_started]=1 # from here on there may be Ray processes to stop, even of a half-started head
   (
@@ -205,10 +220,17 @@ _obs_await_head() {
   fi
 }
 
-# Other ranks: join rank 0's head.
+# Every Ray process this node starts and the driver authenticate with the job's token (Ray reads both variables;
+# the file's path is no secret, its content is). Training does not get them: the actor strips RAY_* from its env.
+_obs_use_token() {
+  export RAY_AUTH_MODE=token RAY_AUTH_TOKEN_PATH=${_OBS[token]}
+}
+
+# Other ranks: join rank 0's head (whose token exists once its GCS answers: rank 0 makes it first).
 _obs_join_head() {
   local head=${JAX_COORDINATOR_IP:?}:${RAY_PORT:?RAY_PORT is not set for a multi-node RAY=1 job}
   _OBS[ray_started]=1
+  _obs_use_token
   if JOBKIT_OUTPUT_SINK=${_OBS[sink]} ray_join_cluster "${_OBS[ray_tmp]}" "${_OBS[ip]}" "$head" \
     "${_OBS[ray_metrics_port]}" "${RAY_JOIN_TRIES:-12}" "${RAY_JOIN_DELAY:-5}"; then
     _OBS[ray]=up
@@ -255,8 +277,10 @@ _obs_print_access() {
     echo "  utils/prometheus.sh list ${JOB_WORKSPACE_HOST:-$JOB_WORKSPACE}"
     echo "  utils/prometheus.sh view ${JOB_WORKSPACE_HOST:-$JOB_WORKSPACE}/$JOB_DIR"
   fi
-  [[ ${_OBS[ray]} == up ]] &&
-    echo "Ray logs: ${_OBS[job_path]}/ray_logs/<host>/   debug: ray status --address ${_OBS[ip]}:$RAY_PORT"
+  if [[ ${_OBS[ray]} == up ]]; then
+    echo "Ray asks for the job's token (the dashboard's login page too): ${_OBS[token]}"
+    echo "Ray logs: ${_OBS[job_path]}/ray_logs/<host>/   debug: RAY_AUTH_MODE=token RAY_AUTH_TOKEN_PATH=${_OBS[token]} ray status --address ${_OBS[ip]}:$RAY_PORT"
+  fi
   echo "========================================================"
 }
 
@@ -329,7 +353,6 @@ _obs_stop_ray() {
   mkdir -p "$logs"
   ray_save_logs "${_OBS[ray_tmp]}" "$logs" || true
   ray_stop_node "${_OBS[ray_tmp]}" || true
-  rm -rf "${_OBS[ray_tmp]}"
 }
 
 # The exporter's scrape address (the instance label of its samples), from the file_sd file it writes once it
@@ -384,7 +407,7 @@ _obs_teardown() {
   _obs_stop_prometheus
   _obs_stop_ray
   proc_stop -g 5 "${_OBS[exporter_pid]}" "${_OBS[tb_pid]}"
-  rm -rf "${_OBS[state]}"
+  rm -rf "${_OBS[state]}" "${_OBS[ray_tmp]}"
   _obs_log "stopped everything this node started"
 }
 

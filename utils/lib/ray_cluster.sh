@@ -20,6 +20,10 @@
 #     (ray_start.log) into DEST_DIR (created if needed).
 # ray_node_pids TEMP_DIR
 #     Prints the PIDs of the node's processes, one per line (what ray_stop_node stops).
+# ray_make_token FILE
+#     Writes a new random token (64 hex digits) to FILE, mode 0600, its directory created 0700 when missing;
+#     refuses a FILE that exists, or a directory that is not ours or that others may write. Every node of the
+#     cluster is then started with RAY_AUTH_TOKEN_PATH=FILE (below).
 # ray_renice_services TEMP_DIR INCREMENT
 #     Lowers the priority of the node's service processes (GCS, dashboard and its workers, dashboard and
 #     runtime-env agents, client server, autoscaler monitor) by INCREMENT. Not the raylet (workers inherit its
@@ -36,6 +40,10 @@
 #
 # Environment:
 #   RAY_BIN            the ray CLI (default: `ray` on PATH)
+#   RAY_AUTH_TOKEN_PATH  the cluster's token file (ray_make_token): when set, every node starts with Ray's token
+#                      authentication on (RAY_AUTH_MODE=token), so that GCS, raylets, workers, the dashboard
+#                      and its agents refuse any client without the token. The file must be ours and 0600 (or
+#                      stricter): a token others can read protects nothing. Drivers need the same two variables.
 #   RAY_START_TIMEOUT  seconds one `ray start` may take until its services listen (default 90)
 #   RAY_STOP_GRACE     default GRACE of ray_stop_node (default 5)
 #   RAY_START_ARGS     extra words appended to every `ray start` (e.g. "--num-gpus=0")
@@ -155,6 +163,11 @@ _ray_run_start() {
   cli=$(_ray_cli) || return 1
   real_pyspy=$(_ray_real_pyspy "$cli")
   mkdir -p "$dir" || { _ray_err "cannot create TEMP_DIR $dir; choose a writable place such as /tmp"; return 1; }
+  local -a auth=()
+  if [[ -n ${RAY_AUTH_TOKEN_PATH:-} ]]; then
+    _ray_check_token "$RAY_AUTH_TOKEN_PATH" || return 1
+    auth=(RAY_AUTH_MODE=token "RAY_AUTH_TOKEN_PATH=$RAY_AUTH_TOKEN_PATH")
+  fi
   local -a env_args=(
     "PATH=$_RAY_CLUSTER_SH_DIR/../shims:$PATH"
     "JOBKIT_PYSPY_SHIM_DIR=$_RAY_CLUSTER_SH_DIR/../shims"
@@ -177,6 +190,7 @@ _ray_run_start() {
     "RAY_raylet_report_resources_period_milliseconds=${RAY_raylet_report_resources_period_milliseconds:-1000}"
     "RAY_raylet_check_gc_period_milliseconds=${RAY_raylet_check_gc_period_milliseconds:-10000}"
     "RAY_task_events_report_interval_ms=${RAY_task_events_report_interval_ms:-5000}"
+    "${auth[@]}"
   )
   # Without this, Ray replaces a loopback --node-ip-address by the first routable address.
   _ray_is_loopback "$node_ip" && env_args+=(RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0)
@@ -190,6 +204,50 @@ _ray_run_start() {
     --temp-dir="$dir" --node-ip-address="$node_ip" --disable-usage-stats --include-log-monitor=false \
     "$@" "${extra[@]}" \
     </dev/null >"$dir/ray_start.log" 2>&1
+}
+
+# Fails with a one-line error unless FILE is a regular file of ours, not a symlink, that nobody else may read
+# or write (what Ray reads as the cluster's token).
+_ray_check_token() {
+  local file=$1 owner mode
+  if [[ -L $file || ! -f $file ]] || ! read -r owner mode < <(stat -c '%u %a' -- "$file" 2>/dev/null); then
+    _ray_err "RAY_AUTH_TOKEN_PATH=$file is not a regular file; create it with ray_make_token or unset RAY_AUTH_TOKEN_PATH"
+    return 1
+  fi
+  if [[ $owner != "$EUID" ]] || ((8#$mode & 077)); then
+    _ray_err "RAY_AUTH_TOKEN_PATH=$file has owner uid $owner and mode $mode: it must be yours and 0600 (chmod 600 it, or make a new one with ray_make_token)"
+    return 1
+  fi
+}
+
+ray_make_token() {
+  local file=${1:-} dir owner mode tmp
+  if [[ -z $file || $file != /* ]]; then
+    _ray_err "ray_make_token needs an absolute FILE path (got '${file}')"
+    return 2
+  fi
+  dir=$(dirname -- "$file")
+  # mkdir -m sets the mode of the directory it creates; an existing one is checked below.
+  [[ -d $dir ]] || mkdir -m 0700 -- "$dir" 2>/dev/null ||
+    { _ray_err "cannot create $dir for the Ray token; check that its parent is writable"; return 1; }
+  read -r owner mode < <(stat -c '%u %a' -- "$dir")
+  if [[ -L $dir || $owner != "$EUID" ]] || ((8#$mode & 022)); then
+    _ray_err "$dir (owner uid $owner, mode $mode) is not a private directory of yours; use a directory only you can write for the Ray token"
+    return 1
+  fi
+  if [[ -e $file || -L $file ]]; then
+    _ray_err "$file already exists; a cluster's token is made once: remove it or pick another path"
+    return 1
+  fi
+  # Written under another name first and renamed (atomic, and no other process ever reads half a token);
+  # mktemp makes the file 0600 and refuses to follow a planted link.
+  tmp=$(mktemp "$dir/.token.XXXXXX") || { _ray_err "cannot write in $dir"; return 1; }
+  if ! od -An -tx1 -N32 /dev/urandom | tr -d ' \n' >"$tmp" || [[ $(wc -c <"$tmp") != 64 ]]; then
+    rm -f -- "$tmp"
+    _ray_err "could not read 32 random bytes from /dev/urandom for the Ray token"
+    return 1
+  fi
+  mv -T -- "$tmp" "$file"
 }
 
 # Prints the most telling line of a failed `ray start`'s output.

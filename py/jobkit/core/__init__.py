@@ -7,6 +7,7 @@
   config      a run's MaxText settings: key=value args, the yml, which yml a job used
   nodelist    Slurm hostlists (`node[1-3,7]`) expanded in rank order
   procfs      processes from /proc, stopped by PID (the twin of utils/lib/process.sh)
+  reaper      run a command as a child subreaper: what it leaves behind stays in the job and is stopped with it
   slurm       the one module that asks Slurm (squeue, sacct) about jobs
   tunnel      the ssh line that reaches a loopback dashboard from a laptop
   paths       where the checkout and the workspace are (the only `__file__` climb in the package)
@@ -14,7 +15,7 @@
   errors      every exit code, and JobkitError: one line and a code at the CLI's edge
   clitypes    click parameter types shared by several commands
   lazy_group  a click group over a "module:attr" table, imported on use (jobkit's and jobkit sweep's)
-  commands    `jobkit tgs` (click only)
+  commands    `jobkit tgs`, `jobkit reap` (click only)
 
 May import: the standard library, click and pyyaml, and other core modules. Nothing else of jobkit.
 """

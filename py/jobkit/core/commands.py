@@ -1,4 +1,5 @@
-"""`jobkit tgs`: the throughput report of a job log (click only; the numbers come from core.tgs)."""
+"""`jobkit tgs` (the throughput report of a job log; the numbers come from core.tgs) and `jobkit reap` (core.reaper):
+click only."""
 
 import json
 
@@ -6,7 +7,7 @@ import click
 
 from jobkit.core import logparse, tgs
 from jobkit.core.config import default_yml
-from jobkit.core.errors import EXIT_BAD_INPUT, EXIT_NO_NNODES, EXIT_NO_STEPS, JobkitError
+from jobkit.core.errors import EXIT_BAD_INPUT, EXIT_CANNOT_RUN, EXIT_NO_NNODES, EXIT_NO_STEPS, JobkitError
 from jobkit.core.verdict import STATUSES, verdict
 
 
@@ -64,3 +65,20 @@ def tgs_command(logfile, steady, as_json, as_line, status, exit_code, yml):
         click.echo(json.dumps(tgs.to_dict(summary), indent=2))
     else:
         click.echo(tgs.format_table(summary))
+
+
+@click.command("reap", context_settings={"ignore_unknown_options": True})
+@click.option(
+    "--grace", type=click.FloatRange(0, 600), default=5.0, show_default=True, help="Seconds between TERM and KILL."
+)
+@click.argument("argv", nargs=-1, required=True, type=click.UNPROCESSED)
+def reap_command(grace, argv):
+    """Run ARGV... as a child subreaper: what it leaves behind (a daemon that detached, like Ray's GCS) stays in the
+    job's process tree and is stopped when it ends. Exits with ARGV's status."""
+    from jobkit.core import reaper
+
+    try:
+        rc = reaper.run(list(argv), grace)
+    except reaper.ReaperError as exc:
+        raise JobkitError("reap", str(exc), EXIT_CANNOT_RUN) from None
+    raise SystemExit(rc)

@@ -32,6 +32,8 @@ EXIT_ENGINE = 3  # the container engine is missing or did not answer
 EXIT_STOPPED = 3  # the sweep stopped itself (a policy said so)
 # ray-launch
 EXIT_UNREACHABLE = 75  # EX_TEMPFAIL: no command was started (Ray missing, cluster unreachable)
+# reap
+EXIT_CANNOT_RUN = 127  # the shell's code: the command does not exist or cannot be executed
 
 
 class JobkitError(click.ClickException):
