@@ -73,6 +73,16 @@ value_after() { grep -A1 -x -- "$2" "$1" | sed -n 2p; }
   grep -qx 'PASSTHROUGH_ARGS="steps=3 _env_WANDB_API_KEY=\*\*\*"' "$log"
 }
 
+@test "_job.sbatch refuses a job name that is not a file name (renamed after submit.sh), creating nothing" {
+  stub_slurm
+  make_stub srun 'exit 0'
+  SLURM_JOB_ID=78 SLURM_JOB_NAME='../../x' SLURM_JOB_NUM_NODES=1 SLURM_JOB_NODELIST=node1 \
+    MAXTEXT_LAUNCHER_DIR=$REPO_DIR run "$REPO_DIR/_job.sbatch" tiny -- steps=3
+  [ "$status" -eq 2 ]
+  [ "$output" = "_job.sbatch: job name '../../x' is not a file name (letters, digits, . _ + -); submit with submit.sh, which names the job" ]
+  [ ! -e "$JOB_WORKSPACE" ]
+}
+
 @test "_train.sh under _DEBUG=1: the environment record is written untraced" {
   local ws=$BATS_TEST_TMPDIR/tws
   mkdir -p "$ws/local_1-JAX-tiny"
