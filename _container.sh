@@ -15,7 +15,8 @@
 #                      DATASET_DIR     -> /datasets, read-only, only when it exists
 #                    Only the variables named in _CONTAINER_ENV_ALLOWLIST below cross, and only when set,
 #                    plus JOB_WORKSPACE=/outputs, JOB_WORKSPACE_HOST (the host path of /outputs, for the
-#                    paths printed for the user) and MAXTEXT_REPO_DIR. Nothing else of this environment does.
+#                    paths printed for the user) and MAXTEXT_REPO_DIR, and the variables PASS_ENV names
+#                    (by name: `--env NAME`, the value on no command line). Nothing else of this environment does.
 #
 # --pull only makes the image present on this node (load a tarball, or pull what is missing) and exits;
 # natively there is nothing to pull. The Slurm job runs it on every node as an all-nodes-ready barrier.
@@ -43,6 +44,8 @@ SCRIPT_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 source "$SCRIPT_DIR/utils/lib/container_runtime.sh"
 # shellcheck source=utils/lib/process.sh
 source "$SCRIPT_DIR/utils/lib/process.sh"
+# shellcheck source=utils/lib/env_mask.sh
+source "$SCRIPT_DIR/utils/lib/env_mask.sh"
 
 # Where things appear inside the container.
 _IN_SCRIPTS=/workspace/launcher
@@ -73,6 +76,7 @@ _CONTAINER_ENV_ALLOWLIST=(
   HANG_TIMEOUT HANG_COMPILE_TIMEOUT HANG_STEP_FACTOR HANG_ACTION   # the hang watchdog (py/jobkit/ops/hang_watchdog.py)
   COREDUMP COREDUMP_WAIT                        # core limit and where cores go (utils/lib/coredump.sh)
   JOB_UMASK                                     # the mode of what the job writes (utils/lib/workspace.sh)
+  PASS_ENV                                      # names of variables that cross by name (see _add_pass_env)
   _DEBUG                                        # set -x in the training tier too
 )
 # Deliberately not on the list (tests/bats/container.bats keeps these two lists honest against the README
@@ -137,14 +141,18 @@ _pull_image() {
   local runtime=$1 image=$2 registry=""
   _say "pulling $image"
   if "$runtime" pull "$image" >&2; then return 0; fi
+  # Untraced while the token is in a command (_DEBUG's set -x would print it).
+  local xtrace=${-//[^x]/} login=1
+  { set +x; } 2>/dev/null
   if [[ -n $DOCKER_USERNAME && -n $DOCKER_TOKEN ]]; then
     if _names_registry "$image"; then registry=${image%%/*}; fi
     _say "anonymous pull failed; logging in${registry:+ to $registry} as $DOCKER_USERNAME"
-    if printf '%s\n' "$DOCKER_TOKEN" |
-      "$runtime" login --username "$DOCKER_USERNAME" --password-stdin ${registry:+"$registry"} >&2 &&
-      "$runtime" pull "$image" >&2; then
-      return 0
-    fi
+    printf '%s\n' "$DOCKER_TOKEN" |
+      "$runtime" login --username "$DOCKER_USERNAME" --password-stdin ${registry:+"$registry"} >&2 && login=0
+  fi
+  [[ -z $xtrace ]] || set -x
+  if (( login == 0 )) && "$runtime" pull "$image" >&2; then
+    return 0
   fi
   _die "cannot pull $image with $runtime; check DOCKER_IMAGE / DOCKER_REGISTRY, or put DOCKER_USERNAME and DOCKER_TOKEN in configs/container_settings.local.sh"
 }
@@ -200,11 +208,28 @@ _add_device_args() {
   if [[ -e $dev/infiniband ]]; then _RUN_ARGS+=(--device "$dev/infiniband"); fi
 }
 
+# Appends `--env NAME` (no value: the engine takes it from its own environment, so it is on no command line)
+# for every variable that PASS_ENV names, the user's way to hand a credential to training.
+_add_pass_env() {
+  local names name
+  names=$(env_mask_pass_env_names) || exit 2
+  for name in $names; do _RUN_ARGS+=(--env "$name"); done
+}
+
+# Sources configs/container_settings.sh (and its .local.sh) untraced: under _DEBUG, set -x would print
+# DOCKER_TOKEN's value from those lines.
+_source_settings() {
+  local xtrace=${-//[^x]/}
+  { set +x; } 2>/dev/null
+  # shellcheck source=configs/container_settings.sh
+  source "$SCRIPT_DIR/configs/container_settings.sh"
+  [[ -z $xtrace ]] || set -x
+}
+
 # Sets _RUNTIME, _CONTAINER_NAME, _IMAGE and _RUN_ARGS (everything between `run` and the image).
 _prepare_container() {
   _RUNTIME=$1
-  # shellcheck source=configs/container_settings.sh
-  source "$SCRIPT_DIR/configs/container_settings.sh"
+  _source_settings
   [[ $CONTAINER_NOFILE =~ ^([0-9]+|auto)$ ]] ||
     _die "CONTAINER_NOFILE='$CONTAINER_NOFILE' is not a number; set it to an open-files limit such as 1048576, or auto" 2
   local nofile
@@ -228,6 +253,7 @@ _prepare_container() {
   for var in "${_CONTAINER_ENV_ALLOWLIST[@]}"; do
     if [[ -v $var ]]; then _RUN_ARGS+=(--env "$var=${!var}"); fi
   done
+  _add_pass_env
   # JOB_WORKSPACE_HOST: where /outputs is on the host, for the paths training prints for the user to run later.
   _RUN_ARGS+=(--env "JOB_WORKSPACE=$_IN_OUTPUTS" --env "JOB_WORKSPACE_HOST=$workspace"
     --env "MAXTEXT_REPO_DIR=$MAXTEXT_REPO_DIR")
@@ -288,8 +314,7 @@ main() {
     --pull)
       runtime=$(detect_container_runtime) || exit 2
       if [[ $runtime == none ]]; then _say "runtime: none (native): no image to pull"; exit 0; fi
-      # shellcheck source=configs/container_settings.sh
-      source "$SCRIPT_DIR/configs/container_settings.sh"
+      _source_settings
       local image
       image=$(_resolve_image "$runtime") || exit
       _say "image ready on $(hostname -s): $image"

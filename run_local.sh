@@ -94,6 +94,7 @@ main() {
     _die "unexpected '${SCHEDULER_ARGS[*]}' before '--'; run_local.sh takes no scheduler options (it trains on this one machine; several nodes: submit.sh), MaxText overrides go after '--' (run_local.sh $1 -- steps=10)" 2
   fi
   MODEL_NAME=$(resolve_model "$MODEL_INPUT" "$CONFIGS_DIR") || exit 2
+  env_mask_pass_env_names >/dev/null || exit 2   # PASS_ENV: names only, each set here
   CONTAINER_RUNTIME=$(detect_container_runtime) || exit 2
   JOB_WORKSPACE=$(resolve_workspace "$SCRIPT_DIR")
   check_workspace_writable "$JOB_WORKSPACE" || exit 1

@@ -64,6 +64,31 @@ _check_node_count() {
   done
 }
 
+# Options submit.sh sets itself, refused among the user's sbatch arguments: a second -J renames the job, so
+# its job dir no longer matches its log (and a "/" in it walks out of the workspace); --output, --error and
+# --chdir move the log and the run away from the layout every tool reads; --export would cut the
+# environment that training and a requeue are given. Long options may be abbreviated (sbatch takes --out).
+_check_scheduler_args() {
+  local arg name fix
+  for arg in "${SCHEDULER_ARGS[@]}"; do
+    case $arg in
+      -J*|--job|--job=*|--job-*) name="-J/--job-name" ;;
+      -o*|--ou*) name="-o/--output" ;;
+      -e*|--er*) name="-e/--error" ;;
+      -D*|--ch*) name="-D/--chdir" ;;
+      --exp*) name="--export" ;;
+      *) continue ;;
+    esac
+    case $name in
+      -J*) fix="submit.sh names the job JAX-<model>-<tag>; put your name in the tag: submit.sh $MODEL_INPUT:<tag> ..." ;;
+      -D*) fix="the job runs in its code snapshot; paths after '--' may be absolute" ;;
+      --export) fix="submit.sh passes your whole environment (--export=ALL); set variables before submitting, or pass secrets by name with PASS_ENV=NAME,..." ;;
+      *) fix="the job's log is \$JOB_WORKSPACE/<jobid>-<JOB_NAME>.log; set JOB_WORKSPACE to choose where it goes" ;;
+    esac
+    _die "'$arg' ($name) is set by submit.sh itself and cannot be given; $fix" 2
+  done
+}
+
 # True when the job may span more than one node: -N above 1, or a -w/--nodelist naming several hosts
 # (sbatch then allocates all of them).
 _spans_nodes() {
@@ -173,8 +198,10 @@ main() {
   # --- Validate everything before anything is created. ---
   parse_launch_args "$@" || exit 2
   MODEL_NAME=$(resolve_model "$MODEL_INPUT" "$CONFIGS_DIR") || exit 2
+  _check_scheduler_args
   _check_node_count
   _check_requeue_settings
+  env_mask_pass_env_names >/dev/null || exit 2
   stage_timeouts_init preflight:900 pull:900 ecc:300 train:none || exit 2
   if ! command -v sbatch >/dev/null 2>&1; then
     _die "no sbatch on PATH; install the Slurm client (e.g. apt install slurm-client) and point it at your cluster, or start a local one: utils/local_cluster.sh up -N 2 && eval \"\$(utils/local_cluster.sh env)\"" 2
@@ -227,15 +254,14 @@ main() {
     (JOB_WORKSPACE=$user_workspace write_submit_cmd "$artifact" "$0" "$@")
     _say "snapshot $artifact ($(du -sh "$artifact" | cut -f1), $(( ($(date +%s%N) - start_ns) / 1000000 )) ms)"
   fi
-  # What a requeue submits again: these very arguments (py/jobkit/ops/requeue.py reads them back with shlex).
+  # What a requeue submits again: these very arguments, as a JSON array (py/jobkit/ops/requeue.py reads it).
   local submit_argv
-  submit_argv=$(printf '%q ' "$@")
+  submit_argv=$(launch_args_json "$@")
 
   local sbatch_out job_id
   if ! sbatch_out=$(
     env MAXTEXT_LAUNCHER_DIR="$artifact" JOB_WORKSPACE="$JOB_WORKSPACE" MODEL_NAME="$MODEL_NAME" \
-      MODEL_NAME_ALIAS="$MODEL_NAME_ALIAS" EXP_TAG="$EXP_TAG" PASSTHROUGH_ARGS="${PASSTHROUGH_ARGS[*]}" \
-      SUBMIT_ARGV="${submit_argv% }" \
+      MODEL_NAME_ALIAS="$MODEL_NAME_ALIAS" EXP_TAG="$EXP_TAG" SUBMIT_ARGV="$submit_argv" \
       sbatch --parsable -J "$JOB_NAME" --output="$JOB_WORKSPACE/%j-$JOB_NAME.log" --chdir="$artifact" \
       --export=ALL "${extra_sbatch[@]}" "${SCHEDULER_ARGS[@]}" \
       "$artifact/_job.sbatch" "$MODEL_NAME" -- "${PASSTHROUGH_ARGS[@]}" 2>&1

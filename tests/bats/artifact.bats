@@ -57,6 +57,13 @@ setup() {
   [ "$(cat "$dest/submit_cmd.txt")" = 'RAY=1 STAGE_TIMEOUTS=train:60 ./submit.sh tiny -N 2 -- a=b\ c' ]
 }
 
+@test "submit_cmd.txt: a credential's value after -- is ***, the names PASS_ENV hands over are kept" {
+  local dest=$BATS_TEST_TMPDIR/a
+  mkdir -p "$dest"
+  PASS_ENV=HF_TOKEN write_submit_cmd "$dest" ./submit.sh tiny -- steps=3 _env_WANDB_API_KEY=FAKE0000SECRET _env_FOO=x
+  [ "$(cat "$dest/submit_cmd.txt")" = 'PASS_ENV=HF_TOKEN ./submit.sh tiny -- steps=3 _env_WANDB_API_KEY=\*\*\* _env_FOO=x' ]
+}
+
 @test "a snapshot of this repo carries its scripts and none of its local state" {
   dest=$(make_artifact "$REPO_DIR" "$WS")
   [ -x "$dest/run_local.sh" ]

@@ -269,6 +269,7 @@ HOST_ONLY+=" JOBKIT_NOTIFY_URLS"                      # the login node's: jobkit
     [[ " $HOST_ONLY " == *" $name "* || $name == JOB_WORKSPACE ]] && continue
     export "$name=v-$name"
   done
+  [[ ! -v PASS_ENV ]] || export PASS_ENV=HOME   # PASS_ENV holds names of variables that are set
   CONTAINER_RUNTIME=docker run_container tiny
   [ "$status" -eq 0 ]
   local crossed

@@ -216,6 +216,7 @@ def test_failures_are_notified_and_a_bad_target_is_reported_once_per_poll(env, m
     assert posts[0]["type"] == "failure"
     failed = [line for line in second.output.splitlines() if "notification failed" in line]
     assert len(failed) == 1 and "Connection error" in failed[0]
+    assert "json:// #2: not delivered" in failed[0] and "127.0.0.1" not in failed[0]  # scheme and position only
 
 
 def test_level_all_sends_progress_too(env, monkeypatch):

@@ -2,6 +2,7 @@
 attempts on the local Slurm cluster (a time limit, a hang)."""
 
 import json
+import os
 import re
 import subprocess
 from pathlib import Path
@@ -184,6 +185,55 @@ def test_requeue_submits_the_same_arguments_from_the_snapshot_once(tmp_path):
     again, second = requeue.requeue(log, env)
     assert second is None and "already requeued" in again.why
     assert not (tmp_path / "argv").exists()
+
+
+def test_submit_argv_reads_back_exactly_what_submit_sh_was_given(tmp_path):
+    """submit.sh saves its arguments for a requeue; a space, quotes, a tab and non-ASCII come back unchanged
+    (the `printf %q` form it wrote before turned a tab into $'..', which shlex read back as other words)."""
+    stubs = tmp_path / "stubs"
+    stubs.mkdir()
+    for name, body in {
+        "sbatch": f'printf %s "$SUBMIT_ARGV" >{tmp_path}/submit_argv\necho 7',
+        "squeue": "echo RUNNING",
+        "scontrol": "exit 0",
+    }.items():
+        (stubs / name).write_text(f"#!/usr/bin/env bash\n{body}\n")
+        (stubs / name).chmod(0o755)
+    argv = [
+        "tiny:rt",
+        "-N",
+        "1",
+        '--comment=a\tb "q" it\'s ü',
+        "--",
+        "run_name=x y",
+        'dataset_path=/d/it\'s "ü"',
+        "s=\\n",
+    ]
+    env = {
+        **os.environ,
+        "PATH": f"{stubs}:{os.environ['PATH']}",
+        "JOB_WORKSPACE": str(tmp_path / "ws"),
+        "CONTAINER_RUNTIME": "none",
+        "EARLY_DEATH_CHECK_SECONDS": "0",
+    }
+    run = subprocess.run([str(REPO / "submit.sh"), *argv], env=env, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    saved = (tmp_path / "submit_argv").read_text()
+    assert requeue.read_submit_argv(saved) == argv
+    assert requeue.split_submit_argv(requeue.read_submit_argv(saved))[2] == argv[5:]
+
+
+def test_submit_argv_of_jobs_submitted_before_json_is_still_read():
+    assert requeue.read_submit_argv("tiny:a: -N 2 -- 'run_name=a b' x\\ y") == [
+        "tiny:a:",
+        "-N",
+        "2",
+        "--",
+        "run_name=a b",
+        "x y",
+    ]
+    with pytest.raises(ValueError):
+        requeue.read_submit_argv('["tiny", 2]')
 
 
 def test_a_failed_submission_is_one_line_and_recorded(tmp_path):

@@ -96,6 +96,38 @@ def test_one_node_job_runs_every_stage_and_succeeds(slurm_env):
     assert "== COMMIT ==" in (artifact / "git_summary.txt").read_text()
 
 
+def test_credentials_stay_out_of_squeue_and_the_log_and_pass_env_delivers_them(slurm_env):
+    """Issue 21, S1/S4: the job name every user sees in squeue carries no _env_ value; a PASS_ENV variable
+    reaches training (recorded as ***) with its value on no command line, even under _DEBUG."""
+    env_secret, arg_secret = "FAKEenvhf0000SECRET1", "FAKEpassthru0000SECRET32"
+    result = submit(
+        slurm_env,
+        "tiny:sec",
+        "-N",
+        "1",
+        "--",
+        "steps=3",
+        f"_env_WANDB_API_KEY={arg_secret}",
+        extra_env={"HF_TOKEN": env_secret, "PASS_ENV": "HF_TOKEN", "_DEBUG": "1"},
+    )
+    assert result.returncode == 0, result.stderr
+    job_id = job_id_of(result)
+    names = subprocess.run(
+        ["squeue", "-h", "-t", "all", "-j", job_id, "-o", "%j"], env=slurm_env, capture_output=True, text=True
+    ).stdout.strip()
+    assert names == "JAX-tiny-sec-steps_3-_env_WANDB_API_KEY"
+    log = log_of(result)
+    state, text = wait_for_end(slurm_env, job_id, log)
+    # Not "Status: SUCCESS": under _DEBUG the summary's own traced grep for "Training stopped: " finds itself.
+    assert re.search(r"^== Training END \(\d+s\) ==$", text, re.M), text[-3000:]
+    assert env_secret not in text  # the _DEBUG trace of the batch script and of training
+    assert header(text)["PASSTHROUGH_ARGS"] == '"steps=3 _env_WANDB_API_KEY=***"'
+    assert "[_train] PASS_ENV: HF_TOKEN (from the submitting environment; values not shown)" in text
+    record = (log.with_suffix("") / "environment.node0.txt").read_text().splitlines()
+    assert "HF_TOKEN=***" in record and "PASS_ENV=HF_TOKEN" in record
+    assert not list(Path(slurm_env["JOB_WORKSPACE"]).glob("*0000SECRET*"))
+
+
 def test_two_nodes_train_one_jax_job_with_agreeing_losses(slurm_env):
     result = submit(slurm_env, "tiny", "-N", "2", "--", "steps=15")
     assert result.returncode == 0, result.stderr

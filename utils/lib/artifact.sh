@@ -13,6 +13,9 @@
 # left out). A checkout owned by another account (git's "dubious ownership") is still read through git.
 # Files are made read-only and private (the job runs as its owner; nobody else needs the code it ran).
 
+# shellcheck source=utils/lib/env_mask.sh
+source "$(dirname "${BASH_SOURCE[0]}")/env_mask.sh"
+
 _artifact_err() { echo "${0##*/}: $*" >&2; }
 
 # _artifact_secret_name PATH: true when PATH's file name is one that holds credentials, not code.
@@ -86,14 +89,20 @@ remove_artifact() {
   chmod -R u+w "$dest" && rm -rf "$dest"
 }
 
-# write_submit_cmd ARTIFACT_DIR ARGV...: the environment prefixes that differ from defaults, then the command.
+# write_submit_cmd ARTIFACT_DIR ARGV...: the environment prefixes that differ from defaults, then the command,
+# a credential's value after '--' as *** (env_mask_arg: _env_HF_TOKEN=***).
 write_submit_cmd() {
-  local dest=$1 name line=""
+  local dest=$1 name line="" arg after=0
+  local -a argv=()
   shift
-  for name in JOB_WORKSPACE RAY STAGE_TIMEOUTS CONTAINER_RUNTIME DOCKER_IMAGE TUNE_PROFILE MAX_RETRIES; do
+  for name in JOB_WORKSPACE RAY STAGE_TIMEOUTS CONTAINER_RUNTIME DOCKER_IMAGE TUNE_PROFILE MAX_RETRIES PASS_ENV; do
     [[ -n ${!name:-} ]] && line+="$name=$(printf '%q' "${!name}") "
   done
-  line+=$(printf '%q ' "$@")
+  for arg in "$@"; do
+    if (( after )); then arg=$(env_mask_arg "$arg"); elif [[ $arg == -- ]]; then after=1; fi
+    argv+=("$arg")
+  done
+  line+=$(printf '%q ' "${argv[@]}")
   chmod u+w "$dest"
   printf '%s\n' "${line% }" >"$dest/submit_cmd.txt"
   chmod a-w "$dest/submit_cmd.txt" "$dest"

@@ -20,15 +20,22 @@ format_duration() {
   fi
 }
 
-# print_job_header NAME... : prints NAME=VALUE for each named variable that is set (arrays joined by spaces).
+# shellcheck source=utils/lib/env_mask.sh
+source "$(dirname "${BASH_SOURCE[0]}")/env_mask.sh"
+
+# print_job_header NAME... : prints NAME=VALUE for each named variable that is set. An array (the passthrough
+# arguments) is joined by spaces, each element as env_mask_arg shows it: a credential's value is ***.
 print_job_header() {
-  local name
+  local name element
+  local -a shown
   for name in "$@"; do
     # declare -p, not -v: an empty array is still a value worth printing (PASSTHROUGH_ARGS="").
     declare -p "$name" >/dev/null 2>&1 || continue
     local -n _value=$name
     if [[ $(declare -p "$name" 2>/dev/null) == "declare -a"* ]]; then
-      printf '%s="%s"\n' "$name" "${_value[*]}"
+      shown=()
+      for element in "${_value[@]}"; do shown+=("$(env_mask_arg "$element")"); done
+      printf '%s="%s"\n' "$name" "${shown[*]}"
     else
       printf '%s=%s\n' "$name" "$_value"
     fi

@@ -17,12 +17,18 @@
 
 _launch_err() { echo "${0##*/}: $*" >&2; }
 
+# shellcheck source=utils/lib/env_mask.sh
+source "$(dirname "${BASH_SOURCE[0]}")/env_mask.sh"
+
 # Characters kept in names that become file names; anything else turns into "_".
 _LAUNCH_NAME_SAFE='A-Za-z0-9._+-'
 
-# One passthrough arg -> its experiment-tag form: leading dashes dropped, "=" and unsafe chars -> "_".
+# One passthrough arg -> its experiment-tag form: leading dashes dropped, "=" and unsafe chars -> "_". The tag
+# is the Slurm job name every cluster user sees: a value that may be a credential's is left out, the name
+# kept (env_mask_tag_word: _env_WANDB_API_KEY=... -> _env_WANDB_API_KEY).
 passthrough_tag_word() {
-  local word=$1
+  local word
+  word=$(env_mask_tag_word "$1")
   while [[ $word == -* ]]; do word=${word#-}; done
   printf '%s' "${word//[^$_LAUNCH_NAME_SAFE]/_}"
 }
@@ -36,9 +42,14 @@ passthrough_tag_suffix() {
   printf '%s' "$out"
 }
 
-# Accepts `key=value` (a MaxText override) and `_env_NAME=VALUE` (an environment override).
+# Accepts `key=value` (a MaxText override) and `_env_NAME=VALUE` (an environment override). No control
+# characters: a newline would start a line of its own in the log's KEY=VALUE header, which tools parse.
 validate_passthrough_arg() {
   local arg=$1
+  if [[ $arg == *[[:cntrl:]]* ]]; then
+    _launch_err "passthrough argument '${arg%%[[:cntrl:]]*}...' has a control character (newline, tab, ...); write it on one line, without tabs"
+    return 1
+  fi
   if [[ $arg == _env_* ]]; then
     if [[ $arg != *=* ]]; then
       _launch_err "'$arg' has no '='; write environment overrides as _env_NAME=VALUE"; return 1
@@ -130,4 +141,26 @@ check_job_name_length() {
     _launch_err "job name is $length bytes as a log file name (limit 255); shorten the passthrough args or use model:alias:tag with a short tag"
     return 1
   fi
+}
+
+# launch_args_json ARG... -> the arguments as a JSON array of strings, so that they can be read back exactly
+# (printf %q writes $'...' for a tab, which Python's shlex cannot read). Control characters become \uXXXX.
+launch_args_json() {
+  local arg out="" sep="" c i escaped
+  for arg in "$@"; do
+    arg=${arg//\\/\\\\}
+    arg=${arg//\"/\\\"}
+    if [[ $arg == *[[:cntrl:]]* ]]; then
+      escaped=""
+      for ((i = 0; i < ${#arg}; i++)); do
+        c=${arg:i:1}
+        [[ $c == [[:cntrl:]] ]] && printf -v c '\\u%04x' "'$c"
+        escaped+=$c
+      done
+      arg=$escaped
+    fi
+    out+=$sep\"$arg\"
+    sep=,
+  done
+  printf '[%s]' "$out"
 }

@@ -13,7 +13,7 @@ user asked for, not what the batch script made of it. Steps:
    along with every host earlier attempts excluded.
 3. Claim: `<job dir>/requeue.json` is created exclusively (O_EXCL), so whoever else might requeue the same
    job (a second call, a monitor) finds it taken and does nothing.
-4. Submit: the snapshot's own submit.sh with the original arguments (SUBMIT_ARGV, written by submit.sh),
+4. Submit: the snapshot's own submit.sh with the original arguments (SUBMIT_ARGV, a JSON array written by submit.sh),
    reusing the same snapshot, with ATTEMPT=n+1 and RETRY_OF=<this job>. With checkpointing on, MaxText
    resumes from the last checkpoint in the shared output directory.
 5. Record: the new job id in requeue.json, a `next` link in this job dir (the new job dir gets `previous`
@@ -123,6 +123,17 @@ def decide(log: logparse.JobLog, text: str, env: dict[str, str]) -> Decision:
     return decision
 
 
+def read_submit_argv(value: str) -> list[str]:
+    """SUBMIT_ARGV as submit.sh wrote it: a JSON array of strings (exact), or, from jobs submitted before that,
+    `printf %q` words (shlex reads them, except the $'...' that bash writes for a tab or a newline)."""
+    if value.startswith("["):
+        argv = json.loads(value)
+        if not isinstance(argv, list) or not all(isinstance(a, str) for a in argv):
+            raise ValueError("not a JSON list of strings")
+        return argv
+    return shlex.split(value)
+
+
 def split_submit_argv(argv: list[str]) -> tuple[str, list[str], list[str]]:
     """submit.sh's arguments -> (model spec, sbatch args, passthrough after `--`)."""
     if not argv:
@@ -179,7 +190,7 @@ def submit(log_path: Path, decision: Decision, env: dict[str, str]) -> tuple[str
     if not launcher or not (Path(launcher) / "submit.sh").is_file():
         raise RequeueError(f"no snapshot with submit.sh at MAXTEXT_LAUNCHER_DIR={launcher!r}; resubmit by hand")
     try:
-        spec, sbatch_args, passthrough = split_submit_argv(shlex.split(env.get("SUBMIT_ARGV", "")))
+        spec, sbatch_args, passthrough = split_submit_argv(read_submit_argv(env.get("SUBMIT_ARGV", "")))
     except ValueError as exc:
         raise RequeueError(f"SUBMIT_ARGV cannot be read ({exc}); resubmit by hand") from None
     job = logparse.parse_file(str(log_path)).header
