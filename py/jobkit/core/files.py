@@ -82,9 +82,10 @@ def make_own_dir(path: Path) -> Path:
     return path
 
 
-def read_own(path: Path, *, in_own_dir: bool = False, limit: int = 65536) -> str:
+def read_own(path: Path, *, in_own_dir: bool = False, private: bool = False, limit: int = 1 << 20) -> str:
     """The text of PATH when it is a regular file of this uid with one link, opened without following a
-    symlink; IN_OWN_DIR: its dir must also pass own_dir. FileNotFoundError when absent, Untrusted otherwise."""
+    symlink; PRIVATE: group and others must not be able to write it either; IN_OWN_DIR: its dir must also
+    pass own_dir. FileNotFoundError when absent, Untrusted otherwise."""
     path = Path(path)
     if in_own_dir:
         own_dir(path.parent)
@@ -102,6 +103,8 @@ def read_own(path: Path, *, in_own_dir: bool = False, limit: int = 65536) -> str
             raise Untrusted(f"{path} is not a regular file")
         if st.st_uid != os.getuid():
             raise Untrusted(f"{path} belongs to uid {st.st_uid}, not to this user (uid {os.getuid()})")
+        if private and st.st_mode & 0o022:
+            raise Untrusted(f"{path} is writable by group or others (mode {st.st_mode & 0o777:o})")
         if st.st_nlink != 1:
             raise Untrusted(f"{path} has {st.st_nlink} links (a hard link to another file)")
         return fh.read(limit).decode("utf-8", errors="replace")
