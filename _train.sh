@@ -151,6 +151,10 @@ main() {
   else
     echo "[_train] warning: training runs as uid $EUID, not as the workspace's owner: the job's files are theirs to read only under this image's umask ($(umask)), JOB_UMASK is not applied; rootless podman keeps them yours and private"
   fi
+  # Checked again here: the alias dir may have appeared (someone else's) while the job was queued.
+  # shellcheck source=utils/lib/launch_args.sh
+  source "$SCRIPT_DIR/utils/lib/launch_args.sh"
+  launch_check_alias_dir "$JOB_WORKSPACE" "${MODEL_NAME_ALIAS:-$MODEL_NAME}" "${MAXTEXT_ARGS[@]}" || exit 2
   OUTPUT_PATH=$(_output_path)
   export OUTPUT_PATH
   mkdir -p "$OUTPUT_PATH"

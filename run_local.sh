@@ -97,6 +97,7 @@ main() {
   CONTAINER_RUNTIME=$(detect_container_runtime) || exit 2
   JOB_WORKSPACE=$(resolve_workspace "$SCRIPT_DIR")
   check_workspace_writable "$JOB_WORKSPACE" || exit 1
+  launch_check_alias_dir "$JOB_WORKSPACE" "${MODEL_NAME_ALIAS:-$MODEL_NAME}" "${PASSTHROUGH_ARGS[@]}" || exit 2
   workspace_umask || exit 2
   JOB_ID=$(new_local_job_id)
   JOB_NAME=$(job_name "$MODEL_NAME" "$EXP_TAG")

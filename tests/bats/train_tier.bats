@@ -68,6 +68,20 @@ env_of() { sed -n "s/^$1=//p" "$RECORD.env"; }
   [[ $output == *"warning: JAX_CACHE_DIR: $mine is a symlink; running without"* ]]
 }
 
+@test "a checkpoint dir of the alias that appeared as another user's while the job was queued stops training" {
+  mkdir -p "$JOB_WORKSPACE/tiny"   # our own dir, from an earlier run: used
+  "$REPO/_train.sh" tiny -- enable_checkpointing=true
+  grep -qx "base_output_directory=$JOB_WORKSPACE/tiny" "$RECORD.argv"
+  [[ $EUID == 0 ]] || skip "planting a teammate's dir needs root (chown)"
+  rm "$RECORD.argv"
+  export MODEL_NAME_ALIAS=ck2
+  mkdir -p "$JOB_WORKSPACE/ck2" && chown 65534 "$JOB_WORKSPACE/ck2"
+  run "$REPO/_train.sh" tiny -- enable_checkpointing=true
+  [ "$status" -eq 2 ]
+  [[ $output == *"_train.sh: checkpoint dir $JOB_WORKSPACE/ck2 belongs to uid 65534, not to you (uid 0)"* ]]
+  [ ! -e "$RECORD.argv" ]   # training never started
+}
+
 @test "layering, last wins: train_env.sh < configs/<model>.env.sh < _env_" {
   echo 'export XLA_PYTHON_CLIENT_MEM_FRACTION=.50 MODEL_ONLY=1' >"$REPO/configs/tiny.env.sh"
   "$REPO/_train.sh" tiny
