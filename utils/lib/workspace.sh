@@ -7,7 +7,7 @@
 #   workspace_fstype DIR              prints the filesystem type holding DIR (or its nearest parent)
 #   workspace_umask                   applies JOB_UMASK (default 077) to this shell and exports it; returns 1
 #                                     with a one-line error when it is not an octal umask
-#   workspace_private_dir DIR [UID]   creates DIR (mode 0700) if absent; returns 1, saying why on stdout,
+#   workspace_private_dir DIR [UID [MODE]]  creates DIR (MODE, default 0700) if absent; returns 1, saying why on stdout,
 #                                     unless DIR is a real dir (no link) of UID (default: this user) that
 #                                     group and others cannot write (what nobody else may plant files in)
 #
@@ -62,7 +62,7 @@ workspace_umask() {
 workspace_private_dir() {
   local dir=$1 uid=${2:-$EUID} owner mode
   if [[ ! -e $dir && ! -L $dir ]]; then
-    mkdir -p "$(dirname "$dir")" 2>/dev/null && mkdir -m 0700 "$dir" 2>/dev/null
+    mkdir -p "$(dirname "$dir")" 2>/dev/null && mkdir -m "${3:-0700}" "$dir" 2>/dev/null
   fi
   # lstat-like checks: a link planted at DIR's name is refused, not followed to wherever it points.
   if [[ -L $dir ]]; then echo "$dir is a symlink"; return 1; fi
