@@ -37,7 +37,7 @@ def current_umask() -> int:
     return old
 
 
-def write_atomic(path: Path, text: str | bytes, mode: int = 0o666) -> Path:
+def write_atomic(path: Path | str, text: str | bytes, mode: int = 0o666) -> Path:
     """TEXT into PATH: a reader sees the old file or the new one, never half of it; MODE minus the umask.
     A symlink planted at PATH (or at any temp name) is replaced, not followed."""
     path = Path(path)
