@@ -141,6 +141,10 @@ main() {
   else
     echo "[_train] warning: training runs as uid $EUID, not as the workspace's owner: the job's files are theirs to read only under this image's umask ($(umask)), JOB_UMASK is not applied; rootless podman keeps them yours and private"
   fi
+  # Checked again here: the alias dir may have appeared (someone else's) while the job was queued.
+  # shellcheck source=utils/lib/launch_args.sh
+  source "$SCRIPT_DIR/utils/lib/launch_args.sh"
+  launch_check_alias_dir "$JOB_WORKSPACE" "${MODEL_NAME_ALIAS:-$MODEL_NAME}" "${MAXTEXT_ARGS[@]}" || exit 2
   OUTPUT_PATH=$(_output_path)
   export OUTPUT_PATH
   mkdir -p "$OUTPUT_PATH"
@@ -171,8 +175,17 @@ main() {
 
   local -a defaults=()
   _has_maxtext_key base_output_directory "${MAXTEXT_ARGS[@]}" || defaults+=("base_output_directory=$OUTPUT_PATH")
+  # The compile cache holds executables training loads and runs: entries another user could write would run
+  # as you. A cache dir that is not yours alone is not used (a warning, then training compiles afresh): a
+  # missing cache costs minutes of compiling, not the job.
+  local why
+  if [[ -n $JAX_CACHE_DIR ]] && ! why=$(workspace_private_dir "$JAX_CACHE_DIR"); then
+    echo "[_train] warning: JAX_CACHE_DIR: $why; running without the compilation cache (set JAX_CACHE_DIR to a dir of yours that group and others cannot write)"
+    JAX_CACHE_DIR=""
+    unset JAX_COMPILATION_CACHE_DIR
+  fi
+  # An empty jax_cache_dir turns MaxText's own default cache (~/jax_cache) off too.
   _has_maxtext_key jax_cache_dir "${MAXTEXT_ARGS[@]}" || defaults+=("jax_cache_dir=$JAX_CACHE_DIR")
-  mkdir -p "$JAX_CACHE_DIR"
   _record_environment
 
   local python=${TRAIN_PYTHON:-python3}

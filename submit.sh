@@ -213,6 +213,7 @@ main() {
   JOB_NAME=$(job_name "$MODEL_NAME" "$EXP_TAG")
   check_job_name_length "$JOB_NAME" "$_LONGEST_JOB_ID" || exit 2
   check_workspace_writable "$JOB_WORKSPACE" || exit 1
+  launch_check_alias_dir "$JOB_WORKSPACE" "${MODEL_NAME_ALIAS:-$MODEL_NAME}" "${PASSTHROUGH_ARGS[@]}" || exit 2
   workspace_umask || exit 2   # the snapshot, the log dir and (through Slurm's propagation) the job itself
   _warn_if_node_local "$JOB_WORKSPACE"
   # Natively, every node uses this checkout's venv (on the shared filesystem, like the workspace). With a

@@ -11,7 +11,9 @@
 #   TUNE_PROFILE_FILE=<f>   a tuning profile as data: --xla flags and NAME=VALUE lines (see Tuning profiles)
 #   ENABLE_XLA_DUMP=1       dump HLO of the train step into <job dir>/xla_dump (node rank 0 only)
 #   CPU_DEVICES_PER_NODE=N  on a CPU-only node, emulate N devices in one process (default 1)
-#   JAX_CACHE_DIR=<dir>     persistent JAX compilation cache (default <workspace>/.jax_cache)
+#   JAX_CACHE_DIR=<dir>     persistent JAX compilation cache (default <workspace>/.jax_cache/uid-<uid>: each
+#                           user's own, since its entries are executables training runs; _train.sh does not
+#                           use one that is not this user's alone)
 
 # train_setting NAME DEFAULT: the real environment, else a command-line _env_ value, else DEFAULT.
 train_setting() {
@@ -56,7 +58,7 @@ fi
 export PYTHONUNBUFFERED=1
 export TF_CPP_MIN_LOG_LEVEL=${TF_CPP_MIN_LOG_LEVEL:-2}
 export XLA_PYTHON_CLIENT_MEM_FRACTION=${XLA_PYTHON_CLIENT_MEM_FRACTION:-.93}
-JAX_CACHE_DIR=$(train_setting JAX_CACHE_DIR "${JOB_WORKSPACE:-$PWD}/.jax_cache")
+JAX_CACHE_DIR=$(train_setting JAX_CACHE_DIR "${JOB_WORKSPACE:-$PWD}/.jax_cache/uid-$EUID")
 export JAX_CACHE_DIR JAX_COMPILATION_CACHE_DIR=$JAX_CACHE_DIR
 
 # --- Collectives (NCCL on NVIDIA, RCCL reads the same names on AMD) ---

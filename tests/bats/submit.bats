@@ -187,3 +187,14 @@ submit_ok() {
   submit_ok tiny -w 'node[1-2]'
   [[ $output == *"node-local"* ]]
 }
+
+@test "a checkpoint dir of the alias that is another user's is refused before anything is made" {
+  [[ $EUID == 0 ]] || skip "planting a teammate's dir needs root (chown)"
+  mkdir -p "$JOB_WORKSPACE/tiny/checkpoints/2" && chown -R 65534:65534 "$JOB_WORKSPACE/tiny"
+  run "$REPO_DIR/submit.sh" tiny -N 1 -- enable_checkpointing=true
+  [ "$status" -eq 2 ]
+  [ "${#lines[@]}" -eq 1 ]
+  [[ ${lines[0]} == "submit.sh: checkpoint dir $JOB_WORKSPACE/tiny belongs to uid 65534, not to you (uid 0): "* ]]
+  [ "$(ls -A "$JOB_WORKSPACE")" = tiny ]   # no snapshot, no log dir
+  [ ! -e "$BATS_TEST_TMPDIR/sbatch-called" ]
+}

@@ -43,13 +43,14 @@ print_job_header() {
   done
 }
 
-# job_status_word EXIT_CODE CANCELLED(0|1) [JOB_DIR [LOG]] -> SUCCESS | FAILED | CANCELLED | HANG | STOPPED
-# HANG: the hang watchdog wrote JOB_DIR/hang/HANG (py/jobkit/ops/hang_watchdog.py) and training then failed, or
+# job_status_word EXIT_CODE CANCELLED(0|1) [HANG_MARKER [LOG]] -> SUCCESS | FAILED | CANCELLED | HANG | STOPPED
+# HANG: the hang watchdog wrote JOB_DIR/hang/HANG (py/jobkit/ops/hang_watchdog.py; HANG_MARKER is its line, as
+# `jobkit hang-watchdog --marker` prints it after checking it is this job's own) and training then failed, or
 # stopped early (with checkpointing on, MaxText answers the watchdog's TERM by saving and exiting 0).
 # STOPPED: training exited 0 but stopped early (job_stopped_early): not a success.
 job_status_word() {
   local hung=0 early=0
-  [[ -n ${3:-} && -f $3/hang/HANG ]] && hung=1
+  [[ -n ${3:-} ]] && hung=1
   [[ -n ${4:-} ]] && job_stopped_early "$4" >/dev/null && early=1
   if (( $2 )); then echo CANCELLED
   elif (( $1 == 0 && ! early )); then echo SUCCESS

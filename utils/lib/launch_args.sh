@@ -164,3 +164,30 @@ launch_args_json() {
   done
   printf '[%s]' "$out"
 }
+
+# launch_check_alias_dir WORKSPACE NAME [PASSTHROUGH ...]: with enable_checkpointing=true among the
+# passthrough args, training resumes from, and writes its checkpoints into, WORKSPACE/NAME (NAME: the alias,
+# else the model; see _train.sh's _output_path), a dir found by name alone. Returns 1 with a one-line error
+# when it exists and is another user's (or a link of theirs): resuming would load their checkpoint, and
+# training would write into their run. Root in a rootful container may use the workspace owner's dir.
+launch_check_alias_dir() {
+  local ws=$1 name=$2 arg dir owner link_owner
+  shift 2
+  for arg in "$@"; do
+    [[ ${arg,,} =~ ^enable_checkpointing=(true|1|yes)$ ]] || continue
+    dir=$ws/$name
+    [[ -e $dir || -L $dir ]] || return 0
+    link_owner=$(stat -c %u "$dir") && owner=$(stat -L -c %u "$dir" 2>/dev/null) || owner=$link_owner
+    if ! _launch_own_uid "$link_owner" "$ws" || ! _launch_own_uid "$owner" "$ws"; then
+      (( link_owner == owner )) || owner="$link_owner/$owner"
+      _launch_err "checkpoint dir $dir belongs to uid $owner, not to you (uid $EUID): enable_checkpointing=true would resume from their checkpoint and write into it; use an alias of your own (model:<alias>:) or your own JOB_WORKSPACE"
+      return 1
+    fi
+    return 0
+  done
+}
+
+# _launch_own_uid UID WORKSPACE: UID is this user's, or (running as root: a rootful container) the workspace's owner's.
+_launch_own_uid() {
+  [[ $1 == "$EUID" ]] || { (( EUID == 0 )) && [[ $1 == "$(stat -c %u "$2")" ]]; }
+}
