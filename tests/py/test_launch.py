@@ -316,7 +316,7 @@ for name in ("before", "after"):
 def test_maxtext_config_summary_lacks_hf_access_token(tmp_path):
     pytest.importorskip("maxtext")
     secret = "hf_FAKEunit0000SECRET43"
-    env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=str(PY_DIR), TF_CPP_MIN_LOG_LEVEL="2")
+    env = dict(os.environ, JAX_PLATFORMS="cpu", TF_CPP_MIN_LOG_LEVEL="2")
     proc = subprocess.run(
         [sys.executable, "-c", _TB_CHILD, str(tmp_path), secret],
         env=env,
