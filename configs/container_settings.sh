@@ -24,6 +24,9 @@ DATASET_DIR=${DATASET_DIR:-/mnt/datasets}
 # Open-files limit inside the container (soft = hard). auto: 1048576, or this host's hard limit when that is
 # lower (an engine cannot raise it; see container_nofile in utils/lib/container_runtime.sh).
 CONTAINER_NOFILE=${CONTAINER_NOFILE:-auto}
+# CAP_SYS_PTRACE for py-spy in the container: auto (while the hang watchdog or Ray is on, for their stack
+# dumps), 1 (always) or 0 (never: hangs are still caught, without stacks).
+CONTAINER_PTRACE=${CONTAINER_PTRACE:-auto}
 # Extra words for `<runtime> run`, split on whitespace (e.g. "--runtime runc" or "--security-opt seccomp=unconfined").
 CONTAINER_RUN_EXTRA_ARGS=${CONTAINER_RUN_EXTRA_ARGS:-}
 # Registry credentials, used only when an anonymous pull fails. Keep them in the .local file, never in git.
