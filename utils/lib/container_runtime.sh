@@ -26,9 +26,10 @@
 #
 # container_memlock RUNTIME
 #   Prints the locked-memory limit for `--ulimit memlock=N:N` (RDMA registers, i.e. pins, its buffers): -1
-#   (unlimited) for docker (its daemon sets it) and for podman run by root; for rootless podman, this shell's
-#   hard limit in bytes (-1 when unlimited), which is all it may grant. Nothing when CONTAINER_RUN_EXTRA_ARGS
-#   already sets memlock.
+#   (unlimited) for docker (its daemon sets it), and for podman where this shell may raise its own hard limit
+#   (root with CAP_SYS_RESOURCE); else (rootless podman, or a root without that capability, which makes runc
+#   fail with "error setting rlimit type 8") this shell's hard limit in bytes, all it may grant. Nothing when
+#   CONTAINER_RUN_EXTRA_ARGS already sets memlock.
 #
 # container_ptrace_wanted
 #   True when the container should get CAP_SYS_PTRACE, for py-spy: CONTAINER_PTRACE=1, or auto (the default)
@@ -136,9 +137,10 @@ container_host_run_args() {
 container_memlock() {
   local runtime=$1 hard
   [[ " ${CONTAINER_RUN_EXTRA_ARGS:-} " != *memlock=* ]] || return 0
-  if [[ $runtime == docker ]] || (( EUID == 0 )); then echo -1; return 0; fi
+  if [[ $runtime == docker ]]; then echo -1; return 0; fi
   hard=$(ulimit -Hl)
-  if [[ $hard == unlimited ]]; then echo -1; else echo $((hard * 1024)); fi
+  # podman's runtime sets the limit with our privileges: unlimited only where this shell could raise its own.
+  if [[ $hard == unlimited ]] || (ulimit -Hl unlimited) 2>/dev/null; then echo -1; else echo $((hard * 1024)); fi
 }
 
 container_ptrace_wanted() {
