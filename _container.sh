@@ -143,7 +143,11 @@ _names_registry() {
 
 _pull_image() {
   local runtime=$1 image=$2 registry=""
-  _say "pulling $image"
+  if [[ $image == *@sha256:* ]]; then
+    _say "pulling $image (pinned by digest: the engine checks the content against it)"
+  else
+    _say "pulling $image (a tag, which its registry may move; DOCKER_IMAGE=<name>@sha256:<digest> pins it)"
+  fi
   if "$runtime" pull "$image" >&2; then return 0; fi
   if [[ -n $DOCKER_USERNAME && -n $DOCKER_TOKEN ]]; then
     if _names_registry "$image"; then registry=${image%%/*}; fi
@@ -158,9 +162,13 @@ _pull_image() {
 }
 
 # Prints the image reference to run: a local tarball is loaded first; a name without a registry gets
-# DOCKER_REGISTRY in front; a missing image is pulled.
+# DOCKER_REGISTRY in front; a missing image is pulled. A reference pinned by digest (name@sha256:<64 hex>,
+# with or without a tag before the @) is used as it is, pulled by that digest, never by a tag.
 _resolve_image() {
   local runtime=$1 image=$DOCKER_IMAGE out line loaded=""
+  if [[ $image == *@* && ! $image =~ ^[^@]+@sha256:[0-9a-f]{64}$ ]]; then
+    _die "DOCKER_IMAGE=$image is not a valid digest reference; pin an image as <name>@sha256:<64 hex digits> (see '$runtime image inspect --format {{.RepoDigests}} <image>')" 2
+  fi
   if [[ $image == *.tar ]]; then
     [[ -f $image ]] || _die "DOCKER_IMAGE=$image is not a file; point it at an image tarball or set an image name" 2
     _say "loading $image"

@@ -16,6 +16,8 @@ unset _container_settings_local
 # Registry put in front of DOCKER_IMAGE when the image names none (ghcr.io/x/y, localhost/x, host:5000/x name one).
 DOCKER_REGISTRY=${DOCKER_REGISTRY:-docker.io}
 # Training image, or the path of a local image tarball (*.tar), loaded with `<runtime> load` before the run.
+# A tag can be moved by whoever controls the registry; pin by digest (name@sha256:<digest>, as `<runtime> image
+# inspect --format '{{.RepoDigests}}' <image>` shows it) so that every node, every time, runs the same image.
 DOCKER_IMAGE=${DOCKER_IMAGE:-rocm/jax-training:maxtext-v26.2}
 # Where the MaxText checkout lives inside the image; crosses into the container as MAXTEXT_REPO_DIR.
 MAXTEXT_REPO_DIR=${MAXTEXT_REPO_DIR:-/workspace/maxtext}

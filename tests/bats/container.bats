@@ -421,6 +421,28 @@ HOST_ONLY+=" JOBKIT_NOTIFY_URLS"                      # the login node's: jobkit
   [[ $output == *"cannot pull docker.io/rocm/jax-training:maxtext-v26.2 with docker; "*"DOCKER_TOKEN"* ]]
 }
 
+@test "C2: an image pinned by digest is pulled and run by that digest, untouched; a malformed one is refused" {
+  make_sandbox docker
+  local digest=sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef
+  CONTAINER_RUNTIME=docker STUB_IMAGE_PRESENT=0 DOCKER_IMAGE=rocm/jax-training@$digest run_container tiny
+  [ "$status" -eq 0 ]
+  [ "$(cat "$STUB_LOG_DIR/docker-pull.argv")" = "$(printf '%s\n' pull "docker.io/rocm/jax-training@$digest")" ]
+  assert_argv_has "$STUB_LOG_DIR/docker-run.argv" "docker.io/rocm/jax-training@$digest" bash
+  [[ $output == *"pinned by digest"* ]]
+  # with a tag and a registry port: nothing is added or cut
+  CONTAINER_RUNTIME=docker STUB_IMAGE_PRESENT=0 DOCKER_IMAGE=reg.example:5000/team/jax:v1@$digest run_container --pull
+  [ "$status" -eq 0 ]
+  [ "$(cat "$STUB_LOG_DIR/docker-pull.argv")" = "$(printf '%s\n' pull "reg.example:5000/team/jax:v1@$digest")" ]
+  # a tag is pulled with a note on pinning
+  CONTAINER_RUNTIME=docker STUB_IMAGE_PRESENT=0 run_container --pull
+  [[ $output == *"(a tag, which its registry may move; DOCKER_IMAGE=<name>@sha256:<digest> pins it)"* ]]
+  rm "$STUB_LOG_DIR"/docker-*.argv
+  CONTAINER_RUNTIME=docker DOCKER_IMAGE=rocm/jax-training@sha256:abc run_container tiny
+  [ "$status" -eq 2 ]
+  [[ $output == *"DOCKER_IMAGE=rocm/jax-training@sha256:abc is not a valid digest reference; pin an image as <name>@sha256:<64 hex digits>"* ]]
+  [ ! -e "$STUB_LOG_DIR/docker-pull.argv" ] && [ ! -e "$STUB_LOG_DIR/docker-run.argv" ]
+}
+
 @test "--pull: pulls a missing image and runs nothing; natively there is nothing to pull" {
   make_sandbox docker
   CONTAINER_RUNTIME=docker STUB_IMAGE_PRESENT=0 run_container --pull
