@@ -118,7 +118,16 @@ main() {
   declare -gA ENV_OVERRIDES=()
   local -a override_order=()
   MAXTEXT_ARGS=()
-  local arg name
+  local arg name var
+  # In a container, _container.sh passes _env_NAME=VALUE through `run --env-file` as variables of that name
+  # (off the command line, which every local user can read): the same overrides, taken before the arguments.
+  for var in $(compgen -v _env_); do
+    name=${var#_env_}
+    [[ $name =~ ^[A-Za-z_][A-Za-z0-9_]*$ ]] || continue
+    [[ -v "ENV_OVERRIDES[$name]" ]] || override_order+=("$name")
+    ENV_OVERRIDES[$name]=$(_strip_quotes "${!var}")
+    unset "$var"
+  done
   for arg in "$@"; do
     if [[ $arg =~ ^_env_([A-Za-z_][A-Za-z0-9_]*)=(.*)$ ]]; then
       name=${BASH_REMATCH[1]}

@@ -13,7 +13,8 @@
 # 300) before its time limit (--signal=B:USR1@...), so training can save a checkpoint and stop.
 #
 # Writes <JOB_WORKSPACE>/<jobid>-<JOB_NAME>.log, the job dir <jobid>-<JOB_NAME>/ (artifact and log links)
-# and the snapshot <JOB_WORKSPACE>/.artifacts/artifact_<ts>_<hex>/ with git_summary.txt and submit_cmd.txt.
+# and the snapshot <JOB_WORKSPACE>/.artifacts/<user>/artifact_<ts>_<hex>/ with git_summary.txt and submit_cmd.txt
+# (its sha256 goes to the job as ARTIFACT_SHA256, checked by _job.sbatch before it runs anything from it).
 #
 # Examples:
 #   submit.sh 70b -N 8
@@ -247,12 +248,20 @@ main() {
   local start_ns artifact
   start_ns=$(date +%s%N)
   mkdir -p "$JOB_WORKSPACE"
+  # The snapshot's hash travels in the job's environment; _job.sbatch checks it before it runs anything.
+  local artifact_sha
   if [[ -n ${REQUEUE_ARTIFACT:-} ]]; then
     artifact=$REQUEUE_ARTIFACT
+    artifact_sha=$("$SCRIPT_DIR/_job.sbatch" --snapshot-sha256 "$artifact") || _die "cannot read the snapshot $artifact"
+    # A requeue carries the first attempt's hash (its submit-time environment): the snapshot must still match.
+    if [[ -n ${ARTIFACT_SHA256:-} && $ARTIFACT_SHA256 != "$artifact_sha" ]]; then
+      _die "the snapshot $artifact changed since the first attempt was submitted (sha256 $artifact_sha, submitted $ARTIFACT_SHA256); not submitting it again: resubmit from your checkout" 2
+    fi
     _say "attempt ${ATTEMPT:-?} of job ${RETRY_OF:-?}: reusing snapshot $artifact"
   else
     artifact=$(make_artifact "$SCRIPT_DIR" "$JOB_WORKSPACE") || exit 1
     (JOB_WORKSPACE=$user_workspace write_submit_cmd "$artifact" "$0" "$@")
+    artifact_sha=$("$SCRIPT_DIR/_job.sbatch" --snapshot-sha256 "$artifact") || _die "cannot read the snapshot $artifact"
     _say "snapshot $artifact ($(du -sh "$artifact" | cut -f1), $(( ($(date +%s%N) - start_ns) / 1000000 )) ms)"
   fi
   # What a requeue submits again: these very arguments, as a JSON array (py/jobkit/ops/requeue.py reads it).
@@ -262,14 +271,14 @@ main() {
   local sbatch_out job_id
   if ! sbatch_out=$(
     env MAXTEXT_LAUNCHER_DIR="$artifact" JOB_WORKSPACE="$JOB_WORKSPACE" MODEL_NAME="$MODEL_NAME" \
-      MODEL_NAME_ALIAS="$MODEL_NAME_ALIAS" EXP_TAG="$EXP_TAG" SUBMIT_ARGV="$submit_argv" \
+      MODEL_NAME_ALIAS="$MODEL_NAME_ALIAS" EXP_TAG="$EXP_TAG" SUBMIT_ARGV="$submit_argv" ARTIFACT_SHA256="$artifact_sha" \
       sbatch --parsable -J "$JOB_NAME" --output="$JOB_WORKSPACE/%j-$JOB_NAME.log" --chdir="$artifact" \
       --export=ALL "${extra_sbatch[@]}" "${SCHEDULER_ARGS[@]}" \
       "$artifact/_job.sbatch" "$MODEL_NAME" -- "${PASSTHROUGH_ARGS[@]}" 2>&1
   ); then
     if [[ -z ${REQUEUE_ARTIFACT:-} ]]; then
       remove_artifact "$artifact"
-      rmdir "$JOB_WORKSPACE/.artifacts" 2>/dev/null || true
+      rmdir "${artifact%/*}" "$JOB_WORKSPACE/.artifacts" 2>/dev/null || true
     fi
     _die "$(_sbatch_refusal "$sbatch_out")"
   fi
@@ -282,7 +291,7 @@ main() {
 
   local job_dir=$JOB_WORKSPACE/$job_id-$JOB_NAME log=$JOB_WORKSPACE/$job_id-$JOB_NAME.log
   mkdir -p "$job_dir"
-  ln -s "../.artifacts/${artifact##*/}" "$job_dir/artifact"
+  ln -s "../.artifacts/$(basename "$(dirname "$artifact")")/${artifact##*/}" "$job_dir/artifact"
   ln -s "../$job_id-$JOB_NAME.log" "$job_dir/log"
   [[ -z ${REQUEUE_PREVIOUS_DIR:-} ]] || ln -s "../$REQUEUE_PREVIOUS_DIR" "$job_dir/previous"
   if ! _check_early_death "$job_id" "$log"; then

@@ -9,7 +9,7 @@ make_sandbox() {
   SANDBOX_BIN=$BATS_TEST_TMPDIR/bin
   mkdir -p "$SANDBOX_BIN"
   local tool
-  for tool in bash env timeout sleep mkdir dirname cat; do
+  for tool in bash env timeout sleep mkdir dirname cat mktemp rm stat; do
     ln -sf "$(command -v "$tool")" "$SANDBOX_BIN/$tool"
   done
   for tool in "$@"; do ln -sf "$STUBS_DIR/$tool" "$SANDBOX_BIN/$tool"; done

@@ -194,6 +194,18 @@ env_of() { sed -n "s/^$1=//p" "$RECORD.env"; }
   [[ $output == *"_env_ override: WANDB_API_KEY=***"* ]]
 }
 
+@test "_env_ overrides that _container.sh passed as variables (run --env-file) are applied like the arguments" {
+  run env _env_FOO=from-file "_env_QUOTED='q v'" _env_WANDB_API_KEY=FAKEwandb0000SECRET \
+    "$REPO/_train.sh" tiny -- _env_FOO=from-arg
+  [ "$status" -eq 0 ]
+  local f=$JOB_WORKSPACE/$JOB_DIR/environment.node0.txt
+  grep -qx 'FOO=from-arg' "$f"                   # an argument after it still wins
+  grep -qx 'QUOTED=q v' "$f"                     # quotes stripped as for an argument
+  grep -qx 'WANDB_API_KEY=\*\*\*' "$f"
+  ! grep -q '^_env_' "$f" || false                # the carrier variables themselves are gone
+  [[ $output == *"_env_ override: WANDB_API_KEY=***"* ]]
+}
+
 @test "an unknown model and a missing contract variable fail with the fix" {
   run "$REPO/_train.sh" nosuch
   [ "$status" -eq 2 ]

@@ -91,7 +91,7 @@ def test_one_node_job_runs_every_stage_and_succeeds(slurm_env):
     job_dir = Path(slurm_env["JOB_WORKSPACE"]) / log.name.removesuffix(".log")
     assert (job_dir / "log").resolve() == log.resolve()
     artifact = (job_dir / "artifact").resolve()
-    assert artifact.parent.name == ".artifacts"
+    assert artifact.parent.parent.name == ".artifacts" and artifact.parent.stat().st_mode & 0o777 == 0o700
     assert "submit.sh tiny -N 1 -- steps=15" in (artifact / "submit_cmd.txt").read_text()
     assert "== COMMIT ==" in (artifact / "git_summary.txt").read_text()
 
@@ -208,6 +208,35 @@ def test_sbatch_rejecting_an_argument_shows_its_message_and_leaves_nothing(slurm
     workspace = Path(slurm_env["JOB_WORKSPACE"])
     assert not (workspace / ".artifacts").exists() or not any((workspace / ".artifacts").iterdir())
     assert not list(workspace.glob("*-JAX-*"))
+
+
+def test_a_snapshot_swapped_while_queued_is_refused_before_any_of_it_runs(slurm_env, tmp_path):
+    # Audit row F2: a teammate renames a queued job's snapshot and puts a copy with a payload in its place.
+    result = submit(
+        slurm_env, "tiny", "-N", "1", "--hold", "--", "steps=3", extra_env={"EARLY_DEATH_CHECK_SECONDS": "0"}
+    )
+    assert result.returncode == 0, result.stderr
+    job_id, log = job_id_of(result), log_of(result)
+    job_dir = Path(slurm_env["JOB_WORKSPACE"]) / log.name.removesuffix(".log")
+    snap = (job_dir / "artifact").resolve()
+    canary = tmp_path / "payload-ran"
+    snap.rename(snap.with_name(snap.name + ".orig"))
+    shutil.copytree(snap.with_name(snap.name + ".orig"), snap, symlinks=True)
+    lib = snap / "utils" / "lib" / "job_log.sh"
+    lib.chmod(0o600)
+    lib.write_text(lib.read_text() + f"\ntouch {canary}\n")
+    subprocess.run(["scontrol", "release", job_id], env=slurm_env, check=True, timeout=30)
+    deadline = time.monotonic() + 120
+    while job_state(slurm_env, job_id) not in TERMINAL | {"GONE"} and time.monotonic() < deadline:
+        time.sleep(1)
+    text = log.read_text()
+    assert re.fullmatch(
+        rf"_job.sbatch: refusing to run: the code snapshot {re.escape(str(snap))} changed after submit "
+        r"\(sha256 [0-9a-f]{64}, submitted [0-9a-f]{64}\); resubmit with submit.sh\n",
+        text,
+    ), text
+    assert job_state(slurm_env, job_id) in {"FAILED", "GONE"}
+    assert not canary.exists()
 
 
 def run_ray_job(env, nodes, steps):
