@@ -10,12 +10,21 @@
 #                    (a leftover container of ours with that name is removed first), on the host network and
 #                    IPC namespace, with the GPUs found here (AMD /dev/kfd + /dev/dri, else NVIDIA) and
 #                    /dev/infiniband when present. Mounts:
-#                      <repo>          -> /workspace/launcher   (also the working directory)
+#                      <repo>          -> /workspace/launcher   read-only (also the working directory)
 #                      JOB_WORKSPACE   -> /outputs
 #                      DATASET_DIR     -> /datasets, read-only, only when it exists
 #                    Only the variables named in _CONTAINER_ENV_ALLOWLIST below cross, and only when set,
 #                    plus JOB_WORKSPACE=/outputs, JOB_WORKSPACE_HOST (the host path of /outputs, for the
-#                    paths printed for the user) and MAXTEXT_REPO_DIR. Nothing else of this environment does.
+#                    paths printed for the user) and MAXTEXT_REPO_DIR, and the variables PASS_ENV names
+#                    (by name: `--env NAME`, the value on no command line). Nothing else of this environment does.
+#                    Hardening (audit row C1): no-new-privileges, every capability dropped but CHOWN,
+#                    DAC_OVERRIDE and FOWNER (a rootful engine's root writes in the user's workspace), IPC_LOCK
+#                    (RDMA pins memory) and SYS_PTRACE while py-spy needs it (CONTAINER_PTRACE); memlock
+#                    unlimited (as far as the host lets the engine). Still root inside: the images expect it
+#                    (their venv, HOME=/root caches, GPU device groups), and rootless podman maps it to the user.
+#                    `_env_NAME=VALUE` arguments reach _train.sh through `run --env-file` (a 0600 file in a
+#                    private temp dir, removed when the container ends), never on the run command line, which
+#                    every local user can read (ps, /proc/<pid>/cmdline).
 #
 # --pull only makes the image present on this node (load a tarball, or pull what is missing) and exits;
 # natively there is nothing to pull. The Slurm job runs it on every node as an all-nodes-ready barrier.
@@ -23,7 +32,7 @@
 # Both run from the repo directory; with no arguments the same environment opens as an interactive bash.
 #
 # Settings (configs/container_settings.sh, each overridable from the environment): DOCKER_IMAGE,
-# DOCKER_REGISTRY, MAXTEXT_REPO_DIR, DATASET_DIR, CONTAINER_NOFILE, CONTAINER_RUN_EXTRA_ARGS,
+# DOCKER_REGISTRY, MAXTEXT_REPO_DIR, DATASET_DIR, CONTAINER_NOFILE, CONTAINER_PTRACE, CONTAINER_RUN_EXTRA_ARGS,
 # DOCKER_USERNAME / DOCKER_TOKEN. Also read: JOB_ID, NODE_RANK, JOB_WORKSPACE (default <repo>/outputs), VENV_DIR.
 #
 # Exit status: training's (the container's). SIGINT / SIGTERM stop our container only
@@ -43,6 +52,8 @@ SCRIPT_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 source "$SCRIPT_DIR/utils/lib/container_runtime.sh"
 # shellcheck source=utils/lib/process.sh
 source "$SCRIPT_DIR/utils/lib/process.sh"
+# shellcheck source=utils/lib/env_mask.sh
+source "$SCRIPT_DIR/utils/lib/env_mask.sh"
 
 # Where things appear inside the container.
 _IN_SCRIPTS=/workspace/launcher
@@ -73,12 +84,13 @@ _CONTAINER_ENV_ALLOWLIST=(
   HANG_TIMEOUT HANG_COMPILE_TIMEOUT HANG_STEP_FACTOR HANG_ACTION   # the hang watchdog (py/jobkit/ops/hang_watchdog.py)
   COREDUMP COREDUMP_WAIT                        # core limit and where cores go (utils/lib/coredump.sh)
   JOB_UMASK                                     # the mode of what the job writes (utils/lib/workspace.sh)
+  PASS_ENV                                      # names of variables that cross by name (see _add_pass_env)
   _DEBUG                                        # set -x in the training tier too
 )
 # Deliberately not on the list (tests/bats/container.bats keeps these two lists honest against the README
 # and the training tier's sources): JOB_WORKSPACE and DATASET_DIR are mounts; CONTAINER_RUNTIME,
-# DOCKER_IMAGE, DOCKER_REGISTRY choose the container; CONTAINER_NOFILE, CONTAINER_RUN_EXTRA_ARGS and
-# CONTAINER_STOP_TIMEOUT say how it is run; JAX_CACHE_DIR and VENV_DIR are host paths (the cache
+# DOCKER_IMAGE, DOCKER_REGISTRY choose the container; CONTAINER_NOFILE, CONTAINER_PTRACE, CONTAINER_RUN_EXTRA_ARGS
+# and CONTAINER_STOP_TIMEOUT say how it is run; JAX_CACHE_DIR and VENV_DIR are host paths (the cache
 # is <workspace>/.jax_cache on the /outputs mount, the image brings its Python); XLA_FLAGS is the image's
 # own (change it per job with _env_XLA_FLAGS or TUNE_PROFILE); TMPDIR and USER are the container's own.
 # MAX_RETRIES and TIME_LIMIT_* are the batch script's (requeue, Slurm's time-limit warning);
@@ -135,24 +147,36 @@ _names_registry() {
 
 _pull_image() {
   local runtime=$1 image=$2 registry=""
-  _say "pulling $image"
+  if [[ $image == *@sha256:* ]]; then
+    _say "pulling $image (pinned by digest: the engine checks the content against it)"
+  else
+    _say "pulling $image (a tag, which its registry may move; DOCKER_IMAGE=<name>@sha256:<digest> pins it)"
+  fi
   if "$runtime" pull "$image" >&2; then return 0; fi
+  # Untraced while the token is in a command (_DEBUG's set -x would print it).
+  local xtrace=${-//[^x]/} login=1
+  { set +x; } 2>/dev/null
   if [[ -n $DOCKER_USERNAME && -n $DOCKER_TOKEN ]]; then
     if _names_registry "$image"; then registry=${image%%/*}; fi
     _say "anonymous pull failed; logging in${registry:+ to $registry} as $DOCKER_USERNAME"
-    if printf '%s\n' "$DOCKER_TOKEN" |
-      "$runtime" login --username "$DOCKER_USERNAME" --password-stdin ${registry:+"$registry"} >&2 &&
-      "$runtime" pull "$image" >&2; then
-      return 0
-    fi
+    printf '%s\n' "$DOCKER_TOKEN" |
+      "$runtime" login --username "$DOCKER_USERNAME" --password-stdin ${registry:+"$registry"} >&2 && login=0
+  fi
+  [[ -z $xtrace ]] || set -x
+  if (( login == 0 )) && "$runtime" pull "$image" >&2; then
+    return 0
   fi
   _die "cannot pull $image with $runtime; check DOCKER_IMAGE / DOCKER_REGISTRY, or put DOCKER_USERNAME and DOCKER_TOKEN in configs/container_settings.local.sh"
 }
 
 # Prints the image reference to run: a local tarball is loaded first; a name without a registry gets
-# DOCKER_REGISTRY in front; a missing image is pulled.
+# DOCKER_REGISTRY in front; a missing image is pulled. A reference pinned by digest (name@sha256:<64 hex>,
+# with or without a tag before the @) is used as it is, pulled by that digest, never by a tag.
 _resolve_image() {
   local runtime=$1 image=$DOCKER_IMAGE out line loaded=""
+  if [[ $image == *@* && ! $image =~ ^[^@]+@sha256:[0-9a-f]{64}$ ]]; then
+    _die "DOCKER_IMAGE=$image is not a valid digest reference; pin an image as <name>@sha256:<64 hex digits> (see '$runtime image inspect --format {{.RepoDigests}} <image>')" 2
+  fi
   if [[ $image == *.tar ]]; then
     [[ -f $image ]] || _die "DOCKER_IMAGE=$image is not a file; point it at an image tarball or set an image name" 2
     _say "loading $image"
@@ -200,15 +224,35 @@ _add_device_args() {
   if [[ -e $dev/infiniband ]]; then _RUN_ARGS+=(--device "$dev/infiniband"); fi
 }
 
+# Appends `--env NAME` (no value: the engine takes it from its own environment, so it is on no command line)
+# for every variable that PASS_ENV names, the user's way to hand a credential to training.
+_add_pass_env() {
+  local names name
+  names=$(env_mask_pass_env_names) || exit 2
+  for name in $names; do _RUN_ARGS+=(--env "$name"); done
+}
+
+# Sources configs/container_settings.sh (and its .local.sh) untraced: under _DEBUG, set -x would print
+# DOCKER_TOKEN's value from those lines.
+_source_settings() {
+  local xtrace=${-//[^x]/}
+  { set +x; } 2>/dev/null
+  # shellcheck source=configs/container_settings.sh
+  source "$SCRIPT_DIR/configs/container_settings.sh"
+  [[ -z $xtrace ]] || set -x
+}
+
 # Sets _RUNTIME, _CONTAINER_NAME, _IMAGE and _RUN_ARGS (everything between `run` and the image).
 _prepare_container() {
   _RUNTIME=$1
-  # shellcheck source=configs/container_settings.sh
-  source "$SCRIPT_DIR/configs/container_settings.sh"
+  _source_settings
   [[ $CONTAINER_NOFILE =~ ^([0-9]+|auto)$ ]] ||
     _die "CONTAINER_NOFILE='$CONTAINER_NOFILE' is not a number; set it to an open-files limit such as 1048576, or auto" 2
-  local nofile
+  [[ $CONTAINER_PTRACE =~ ^(auto|0|1)$ ]] ||
+    _die "CONTAINER_PTRACE='$CONTAINER_PTRACE' is not auto, 0 or 1; unset it (auto: py-spy may attach while the hang watchdog or Ray is on)" 2
+  local nofile memlock
   nofile=$(container_nofile)
+  memlock=$(container_memlock "$_RUNTIME")
   local workspace=${JOB_WORKSPACE:-$SCRIPT_DIR/outputs} var
   [[ $workspace == /* ]] || workspace=$PWD/$workspace
   mkdir -p "$workspace" || _die "cannot create JOB_WORKSPACE $workspace; set JOB_WORKSPACE to a writable directory"
@@ -220,14 +264,21 @@ _prepare_container() {
   _IMAGE=$(_resolve_image "$_RUNTIME") || exit
   _remove_leftover "$_RUNTIME" "$_CONTAINER_NAME"
 
+  # Host network and IPC: RDMA/RoCE, the JAX coordinator and NCCL/RCCL bootstrap, large shared memory.
   _RUN_ARGS=(--rm --name "$_CONTAINER_NAME" --label "$_LABEL=1" --label "$_LABEL.job=${JOB_ID:-unknown}"
-    --network=host --ipc=host --cap-add=SYS_PTRACE --ulimit "nofile=$nofile:$nofile"
-    -v "$SCRIPT_DIR:$_IN_SCRIPTS" -w "$_IN_SCRIPTS" -v "$workspace:$_IN_OUTPUTS")
+    --network=host --ipc=host --security-opt=no-new-privileges --cap-drop=ALL
+    --cap-add=CHOWN --cap-add=DAC_OVERRIDE --cap-add=FOWNER --cap-add=IPC_LOCK)
+  if container_ptrace_wanted; then _RUN_ARGS+=(--cap-add=SYS_PTRACE); fi
+  _RUN_ARGS+=(--ulimit "nofile=$nofile:$nofile")
+  if [[ -n $memlock ]]; then _RUN_ARGS+=(--ulimit "memlock=$memlock:$memlock"); fi
+  # The launcher read-only: root in the container would otherwise bypass the snapshot's a-w.
+  _RUN_ARGS+=(-v "$SCRIPT_DIR:$_IN_SCRIPTS:ro" -w "$_IN_SCRIPTS" -v "$workspace:$_IN_OUTPUTS")
   if [[ -d $DATASET_DIR ]]; then _RUN_ARGS+=(-v "$DATASET_DIR:$_IN_DATASETS:ro"); fi
   _add_device_args "$_RUNTIME"
   for var in "${_CONTAINER_ENV_ALLOWLIST[@]}"; do
     if [[ -v $var ]]; then _RUN_ARGS+=(--env "$var=${!var}"); fi
   done
+  _add_pass_env
   # JOB_WORKSPACE_HOST: where /outputs is on the host, for the paths training prints for the user to run later.
   _RUN_ARGS+=(--env "JOB_WORKSPACE=$_IN_OUTPUTS" --env "JOB_WORKSPACE_HOST=$workspace"
     --env "MAXTEXT_REPO_DIR=$MAXTEXT_REPO_DIR")
@@ -249,6 +300,35 @@ _on_signal() {
   exit "$2"
 }
 
+# _env_file ARG...: sets _TRAIN_ARGV to ARG... less its `_env_NAME=VALUE` arguments, and when there were any,
+# _ENV_FILE to a 0600 file in a private temp dir holding them as `_env_NAME=VALUE` lines (the last value of a
+# name wins, as in _train.sh) for `run --env-file`; _train.sh takes such variables as it takes the arguments.
+_env_file() {
+  local arg name
+  local -A value=()
+  local -a order=()
+  _TRAIN_ARGV=() _ENV_FILE=""
+  for arg in "$@"; do
+    if [[ $arg =~ ^_env_([A-Za-z_][A-Za-z0-9_]*)=(.*)$ ]]; then
+      name=${BASH_REMATCH[1]}
+      [[ $arg != *$'\n'* ]] ||
+        _die "the value of _env_$name holds a newline, which cannot reach a container (run --env-file is one line per variable); pass it without one" 2
+      [[ -v "value[$name]" ]] || order+=("$name")
+      value[$name]=${BASH_REMATCH[2]}
+    else
+      _TRAIN_ARGV+=("$arg")
+    fi
+  done
+  (( ${#order[@]} )) || return 0
+  _ENV_DIR=$(mktemp -d "${TMPDIR:-/tmp}/container-env.XXXXXX") || _die "cannot make a private temp dir; check TMPDIR"
+  _ENV_FILE=$_ENV_DIR/env
+  trap 'rm -rf "$_ENV_DIR"' EXIT
+  (
+    umask 077
+    for name in "${order[@]}"; do printf '_env_%s=%s\n' "$name" "${value[$name]}"; done >"$_ENV_FILE"
+  ) || _die "cannot write $_ENV_FILE; check TMPDIR"
+}
+
 _container_train() {
   local runtime=$1 rc=0
   shift
@@ -256,13 +336,15 @@ _container_train() {
   [[ $CONTAINER_STOP_TIMEOUT =~ ^[0-9]+$ ]] ||
     _die "CONTAINER_STOP_TIMEOUT='$CONTAINER_STOP_TIMEOUT' is not a number of seconds; e.g. CONTAINER_STOP_TIMEOUT=10" 2
   _prepare_container "$runtime"
+  _env_file "$@"
+  if [[ -n $_ENV_FILE ]]; then _RUN_ARGS+=(--env-file "$_ENV_FILE"); fi
   _RUN_PID=""
   trap '_on_signal INT 130' INT
   trap '_on_signal TERM 143' TERM
   # --sig-proxy=false: a signal to us is passed on by `stop` in _on_signal, once; the client's own forwarding
   # raced the container's end and printed an error line into the job log.
   "$_RUNTIME" run --sig-proxy=false "${_RUN_ARGS[@]}" "$_IMAGE" \
-    bash "$_IN_SCRIPTS/utils/container_init.sh" "$_IN_SCRIPTS/_train.sh" "$@" &
+    bash "$_IN_SCRIPTS/utils/container_init.sh" "$_IN_SCRIPTS/_train.sh" "${_TRAIN_ARGV[@]}" &
   _RUN_PID=$!
   proc_wait "$_RUN_PID" || rc=$?
   exit "$rc"
@@ -288,8 +370,7 @@ main() {
     --pull)
       runtime=$(detect_container_runtime) || exit 2
       if [[ $runtime == none ]]; then _say "runtime: none (native): no image to pull"; exit 0; fi
-      # shellcheck source=configs/container_settings.sh
-      source "$SCRIPT_DIR/configs/container_settings.sh"
+      _source_settings
       local image
       image=$(_resolve_image "$runtime") || exit
       _say "image ready on $(hostname -s): $image"

@@ -48,38 +48,28 @@ _output_path() {
 }
 
 # The environment record (environment.node<rank>.txt) shows the values of what shapes training and says
-# where it ran: these prefixes and names, and the job's own _env_ overrides. Every other variable is
-# recorded as NAME=*** (that it was set is worth knowing; its value may be a credential), and so is any
-# name that looks like a credential's, a value of several lines, and the user:password part of a URL.
-_ENV_SHOWN='^((XLA|JAX|NCCL|RCCL|NVTE|HSA|HIP|ROCM|ROCR|GPU|CUDA|TF|UCX|FI|OMP|MKL|RAY|SLURM|HANG|COREDUMP|TUNE|STAGE|JOB|MODEL|EXP|CONTAINER|MAXTEXT|TRAIN|OBS|TB|PROMETHEUS|TENSORBOARD|EXPORTER|NODELIST|LC)_[A-Za-z0-9_]*|PATH|LD_LIBRARY_PATH|PYTHONPATH|PYTHONUNBUFFERED|VIRTUAL_ENV|HOSTNAME|HOME|USER|LANG|NNODES|NODE_RANK|OUTPUT_PATH|PASSTHROUGH_ARGS|DOCKER_IMAGE|DATASET_DIR|CPU_DEVICES_PER_NODE|HARDWARE_PEAK_TFLOPS|ENABLE_XLA_DUMP)$'
-_ENV_SECRET='(TOKEN|SECRET|PASSW|API_?KEY|_KEY$|_PAT$|KEY_ID|CREDENTIAL|AUTH|PRIVATE|COOKIE|WEBHOOK|_URLS?$)'
+# where it ran, and the job's own _env_ overrides; everything else, any name that looks like a credential's,
+# a value of several lines and the user:password part of a URL as *** (utils/lib/env_mask.sh).
+# shellcheck source=utils/lib/env_mask.sh
+source "$SCRIPT_DIR/utils/lib/env_mask.sh"
 
-# _train_secret_name NAME: true when NAME is a credential's name (HF_TOKEN, WANDB_API_KEY, GH_PAT, ...).
-_train_secret_name() { [[ ${1^^} =~ $_ENV_SECRET ]]; }
-
-# _train_shown_value NAME VALUE: VALUE as the record shows it: whole, with URL passwords and secret _env_
-# arguments masked; or *** when NAME is not one whose value is shown.
+# _train_shown_value NAME VALUE: VALUE as the record shows it (one of the job's own _env_ overrides is shown).
 _train_shown_value() {
-  local name=$1 value=$2
-  if _train_secret_name "$name" || [[ $value == *$'\n'* ]] ||
-     ! { [[ -v "ENV_OVERRIDES[$name]" ]] || [[ $name =~ $_ENV_SHOWN ]]; }; then
-    printf '***'
-    return
-  fi
-  if [[ $value == *://*@* || $value == *_env_* ]]; then
-    value=$(sed -E 's#(://)[^/@[:space:]]*@#\1***@#g;
-      s/(_env_[A-Za-z0-9_]*(TOKEN|SECRET|PASSW|API_?KEY|_KEY|_PAT|KEY_ID|CREDENTIAL|AUTH|PRIVATE|COOKIE|WEBHOOK|_URL)[A-Za-z0-9_]*=)[^ ]*/\1***/Ig' <<<"$value")
-  fi
-  printf '%s' "$value"
+  local own=0
+  [[ -v "ENV_OVERRIDES[$1]" ]] && own=1
+  env_mask_value "$1" "$2" "$own"
 }
 
-# Writes the training environment next to the job's outputs (see _ENV_SHOWN), for post-mortems.
+# Writes the training environment next to the job's outputs (see ENV_MASK_SHOWN), for post-mortems.
+# Never traced: under _DEBUG, set -x would print every value it reads, credentials included.
 _record_environment() {
-  local file=$JOB_WORKSPACE/$JOB_DIR/environment.node$NODE_RANK.txt entry
+  local file=$JOB_WORKSPACE/$JOB_DIR/environment.node$NODE_RANK.txt entry xtrace=${-//[^x]/}
   [[ -d $JOB_WORKSPACE/$JOB_DIR ]] || return 0
+  { set +x; } 2>/dev/null
   while IFS= read -r -d '' entry; do   # env -0: a value of several lines is one entry, masked whole
     printf '%s=%s\n' "${entry%%=*}" "$(_train_shown_value "${entry%%=*}" "${entry#*=}")"
   done < <(env -0) | LC_ALL=C sort >"$file"
+  [[ -z $xtrace ]] || set -x
 }
 
 # The hang watchdog (py/jobkit/ops/hang_watchdog.py) follows the job log beside training on every node, and on a
@@ -128,7 +118,16 @@ main() {
   declare -gA ENV_OVERRIDES=()
   local -a override_order=()
   MAXTEXT_ARGS=()
-  local arg name
+  local arg name var
+  # In a container, _container.sh passes _env_NAME=VALUE through `run --env-file` as variables of that name
+  # (off the command line, which every local user can read): the same overrides, taken before the arguments.
+  for var in $(compgen -v _env_); do
+    name=${var#_env_}
+    [[ $name =~ ^[A-Za-z_][A-Za-z0-9_]*$ ]] || continue
+    [[ -v "ENV_OVERRIDES[$name]" ]] || override_order+=("$name")
+    ENV_OVERRIDES[$name]=$(_strip_quotes "${!var}")
+    unset "$var"
+  done
   for arg in "$@"; do
     if [[ $arg =~ ^_env_([A-Za-z_][A-Za-z0-9_]*)=(.*)$ ]]; then
       name=${BASH_REMATCH[1]}
@@ -151,6 +150,10 @@ main() {
   else
     echo "[_train] warning: training runs as uid $EUID, not as the workspace's owner: the job's files are theirs to read only under this image's umask ($(umask)), JOB_UMASK is not applied; rootless podman keeps them yours and private"
   fi
+  # Checked again here: the alias dir may have appeared (someone else's) while the job was queued.
+  # shellcheck source=utils/lib/launch_args.sh
+  source "$SCRIPT_DIR/utils/lib/launch_args.sh"
+  launch_check_alias_dir "$JOB_WORKSPACE" "${MODEL_NAME_ALIAS:-$MODEL_NAME}" "${MAXTEXT_ARGS[@]}" || exit 2
   OUTPUT_PATH=$(_output_path)
   export OUTPUT_PATH
   mkdir -p "$OUTPUT_PATH"
@@ -171,13 +174,27 @@ main() {
     export "$name=${ENV_OVERRIDES[$name]}"
     echo "[_train] _env_ override: $name=$(_train_shown_value "$name" "${ENV_OVERRIDES[$name]}")"
   done
+  if [[ -n ${PASS_ENV:-} ]]; then
+    local passed
+    passed=$(env_mask_pass_env_names) || exit 2
+    echo "[_train] PASS_ENV: ${passed//$'\n'/ } (from the submitting environment; values not shown)"
+  fi
   # MaxText switches on an HLO dump into /tmp when XLA_FLAGS is empty.
   [[ -n ${XLA_FLAGS:-} ]] || export XLA_FLAGS=--xla_dump_hlo_as_text=false
 
   local -a defaults=()
   _has_maxtext_key base_output_directory "${MAXTEXT_ARGS[@]}" || defaults+=("base_output_directory=$OUTPUT_PATH")
+  # The compile cache holds executables training loads and runs: entries another user could write would run
+  # as you. A cache dir that is not yours alone is not used (a warning, then training compiles afresh): a
+  # missing cache costs minutes of compiling, not the job.
+  local why
+  if [[ -n $JAX_CACHE_DIR ]] && ! why=$(workspace_private_dir "$JAX_CACHE_DIR"); then
+    echo "[_train] warning: JAX_CACHE_DIR: $why; running without the compilation cache (set JAX_CACHE_DIR to a dir of yours that group and others cannot write)"
+    JAX_CACHE_DIR=""
+    unset JAX_COMPILATION_CACHE_DIR
+  fi
+  # An empty jax_cache_dir turns MaxText's own default cache (~/jax_cache) off too.
   _has_maxtext_key jax_cache_dir "${MAXTEXT_ARGS[@]}" || defaults+=("jax_cache_dir=$JAX_CACHE_DIR")
-  mkdir -p "$JAX_CACHE_DIR"
   _record_environment
 
   local python=${TRAIN_PYTHON:-python3}

@@ -94,9 +94,11 @@ main() {
     _die "unexpected '${SCHEDULER_ARGS[*]}' before '--'; run_local.sh takes no scheduler options (it trains on this one machine; several nodes: submit.sh), MaxText overrides go after '--' (run_local.sh $1 -- steps=10)" 2
   fi
   MODEL_NAME=$(resolve_model "$MODEL_INPUT" "$CONFIGS_DIR") || exit 2
+  env_mask_pass_env_names >/dev/null || exit 2   # PASS_ENV: names only, each set here
   CONTAINER_RUNTIME=$(detect_container_runtime) || exit 2
   JOB_WORKSPACE=$(resolve_workspace "$SCRIPT_DIR")
   check_workspace_writable "$JOB_WORKSPACE" || exit 1
+  launch_check_alias_dir "$JOB_WORKSPACE" "${MODEL_NAME_ALIAS:-$MODEL_NAME}" "${PASSTHROUGH_ARGS[@]}" || exit 2
   workspace_umask || exit 2
   JOB_ID=$(new_local_job_id)
   JOB_NAME=$(job_name "$MODEL_NAME" "$EXP_TAG")
@@ -155,13 +157,15 @@ main() {
   trap - INT TERM
   if (( cancelled )); then rc=$cancelled; fi
 
-  local status
-  status=$(job_status_word "$rc" "$(( cancelled ? 1 : 0 ))" "$JOB_WORKSPACE/$JOB_DIR" "$log_file")
+  local status hang
+  # The watchdog's marker, only if it is this job's own (a planted one is ignored, and said so).
+  hang=$("$(proc_jobkit "$SCRIPT_DIR")" hang-watchdog --marker --job-dir "$JOB_WORKSPACE/$JOB_DIR") || hang=""
+  status=$(job_status_word "$rc" "$(( cancelled ? 1 : 0 ))" "$hang" "$log_file")
   # Training that saved and exited 0 when the watchdog stopped it still hung: the exit status says so.
   [[ $status == HANG ]] && (( rc == 0 )) && rc=1
   (( rc == 0 )) || print_oom_kill_note "$oom_before"
   local detail=""
-  [[ $status == HANG ]] && detail="$(<"$JOB_WORKSPACE/$JOB_DIR/hang/HANG")"
+  [[ $status == HANG ]] && detail=$hang
   [[ $status == STOPPED ]] && detail=$(job_stop_detail "$log_file" "$JOB_WORKSPACE" "${MODEL_NAME_ALIAS:-$MODEL_NAME}")
   print_job_summary "$JOB_ID" "$JOB_NAME" "$MODEL_NAME" "$NNODES" $((SECONDS - start)) "$rc" "$status" "$detail"
   _print_tgs_line "$log_file" "$status" "$rc"

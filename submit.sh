@@ -13,7 +13,8 @@
 # 300) before its time limit (--signal=B:USR1@...), so training can save a checkpoint and stop.
 #
 # Writes <JOB_WORKSPACE>/<jobid>-<JOB_NAME>.log, the job dir <jobid>-<JOB_NAME>/ (artifact and log links)
-# and the snapshot <JOB_WORKSPACE>/.artifacts/artifact_<ts>_<hex>/ with git_summary.txt and submit_cmd.txt.
+# and the snapshot <JOB_WORKSPACE>/.artifacts/<user>/artifact_<ts>_<hex>/ with git_summary.txt and submit_cmd.txt
+# (its sha256 goes to the job as ARTIFACT_SHA256, checked by _job.sbatch before it runs anything from it).
 #
 # Examples:
 #   submit.sh 70b -N 8
@@ -61,6 +62,31 @@ _check_node_count() {
       _die "node count '$value' has its minimum above its maximum; write MIN-MAX with MIN <= MAX, e.g. -N ${value#*-}-${value%-*}" 2
     fi
     MAX_NODES=$(( 10#${value#*-} ))
+  done
+}
+
+# Options submit.sh sets itself, refused among the user's sbatch arguments: a second -J renames the job, so
+# its job dir no longer matches its log (and a "/" in it walks out of the workspace); --output, --error and
+# --chdir move the log and the run away from the layout every tool reads; --export would cut the
+# environment that training and a requeue are given. Long options may be abbreviated (sbatch takes --out).
+_check_scheduler_args() {
+  local arg name fix
+  for arg in "${SCHEDULER_ARGS[@]}"; do
+    case $arg in
+      -J*|--job|--job=*|--job-*) name="-J/--job-name" ;;
+      -o*|--ou*) name="-o/--output" ;;
+      -e*|--er*) name="-e/--error" ;;
+      -D*|--ch*) name="-D/--chdir" ;;
+      --exp*) name="--export" ;;
+      *) continue ;;
+    esac
+    case $name in
+      -J*) fix="submit.sh names the job JAX-<model>-<tag>; put your name in the tag: submit.sh $MODEL_INPUT:<tag> ..." ;;
+      -D*) fix="the job runs in its code snapshot; paths after '--' may be absolute" ;;
+      --export) fix="submit.sh passes your whole environment (--export=ALL); set variables before submitting, or pass secrets by name with PASS_ENV=NAME,..." ;;
+      *) fix="the job's log is \$JOB_WORKSPACE/<jobid>-<JOB_NAME>.log; set JOB_WORKSPACE to choose where it goes" ;;
+    esac
+    _die "'$arg' ($name) is set by submit.sh itself and cannot be given; $fix" 2
   done
 }
 
@@ -173,8 +199,10 @@ main() {
   # --- Validate everything before anything is created. ---
   parse_launch_args "$@" || exit 2
   MODEL_NAME=$(resolve_model "$MODEL_INPUT" "$CONFIGS_DIR") || exit 2
+  _check_scheduler_args
   _check_node_count
   _check_requeue_settings
+  env_mask_pass_env_names >/dev/null || exit 2
   stage_timeouts_init preflight:900 pull:900 ecc:300 train:none || exit 2
   if ! command -v sbatch >/dev/null 2>&1; then
     _die "no sbatch on PATH; install the Slurm client (e.g. apt install slurm-client) and point it at your cluster, or start a local one: utils/local_cluster.sh up -N 2 && eval \"\$(utils/local_cluster.sh env)\"" 2
@@ -186,6 +214,7 @@ main() {
   JOB_NAME=$(job_name "$MODEL_NAME" "$EXP_TAG")
   check_job_name_length "$JOB_NAME" "$_LONGEST_JOB_ID" || exit 2
   check_workspace_writable "$JOB_WORKSPACE" || exit 1
+  launch_check_alias_dir "$JOB_WORKSPACE" "${MODEL_NAME_ALIAS:-$MODEL_NAME}" "${PASSTHROUGH_ARGS[@]}" || exit 2
   workspace_umask || exit 2   # the snapshot, the log dir and (through Slurm's propagation) the job itself
   _warn_if_node_local "$JOB_WORKSPACE"
   # Natively, every node uses this checkout's venv (on the shared filesystem, like the workspace). With a
@@ -219,30 +248,37 @@ main() {
   local start_ns artifact
   start_ns=$(date +%s%N)
   mkdir -p "$JOB_WORKSPACE"
+  # The snapshot's hash travels in the job's environment; _job.sbatch checks it before it runs anything.
+  local artifact_sha
   if [[ -n ${REQUEUE_ARTIFACT:-} ]]; then
     artifact=$REQUEUE_ARTIFACT
+    artifact_sha=$("$SCRIPT_DIR/_job.sbatch" --snapshot-sha256 "$artifact") || _die "cannot read the snapshot $artifact"
+    # A requeue carries the first attempt's hash (its submit-time environment): the snapshot must still match.
+    if [[ -n ${ARTIFACT_SHA256:-} && $ARTIFACT_SHA256 != "$artifact_sha" ]]; then
+      _die "the snapshot $artifact changed since the first attempt was submitted (sha256 $artifact_sha, submitted $ARTIFACT_SHA256); not submitting it again: resubmit from your checkout" 2
+    fi
     _say "attempt ${ATTEMPT:-?} of job ${RETRY_OF:-?}: reusing snapshot $artifact"
   else
     artifact=$(make_artifact "$SCRIPT_DIR" "$JOB_WORKSPACE") || exit 1
     (JOB_WORKSPACE=$user_workspace write_submit_cmd "$artifact" "$0" "$@")
+    artifact_sha=$("$SCRIPT_DIR/_job.sbatch" --snapshot-sha256 "$artifact") || _die "cannot read the snapshot $artifact"
     _say "snapshot $artifact ($(du -sh "$artifact" | cut -f1), $(( ($(date +%s%N) - start_ns) / 1000000 )) ms)"
   fi
-  # What a requeue submits again: these very arguments (py/jobkit/ops/requeue.py reads them back with shlex).
+  # What a requeue submits again: these very arguments, as a JSON array (py/jobkit/ops/requeue.py reads it).
   local submit_argv
-  submit_argv=$(printf '%q ' "$@")
+  submit_argv=$(launch_args_json "$@")
 
   local sbatch_out job_id
   if ! sbatch_out=$(
     env MAXTEXT_LAUNCHER_DIR="$artifact" JOB_WORKSPACE="$JOB_WORKSPACE" MODEL_NAME="$MODEL_NAME" \
-      MODEL_NAME_ALIAS="$MODEL_NAME_ALIAS" EXP_TAG="$EXP_TAG" PASSTHROUGH_ARGS="${PASSTHROUGH_ARGS[*]}" \
-      SUBMIT_ARGV="${submit_argv% }" \
+      MODEL_NAME_ALIAS="$MODEL_NAME_ALIAS" EXP_TAG="$EXP_TAG" SUBMIT_ARGV="$submit_argv" ARTIFACT_SHA256="$artifact_sha" \
       sbatch --parsable -J "$JOB_NAME" --output="$JOB_WORKSPACE/%j-$JOB_NAME.log" --chdir="$artifact" \
       --export=ALL "${extra_sbatch[@]}" "${SCHEDULER_ARGS[@]}" \
       "$artifact/_job.sbatch" "$MODEL_NAME" -- "${PASSTHROUGH_ARGS[@]}" 2>&1
   ); then
     if [[ -z ${REQUEUE_ARTIFACT:-} ]]; then
       remove_artifact "$artifact"
-      rmdir "$JOB_WORKSPACE/.artifacts" 2>/dev/null || true
+      rmdir "${artifact%/*}" "$JOB_WORKSPACE/.artifacts" 2>/dev/null || true
     fi
     _die "$(_sbatch_refusal "$sbatch_out")"
   fi
@@ -255,7 +291,7 @@ main() {
 
   local job_dir=$JOB_WORKSPACE/$job_id-$JOB_NAME log=$JOB_WORKSPACE/$job_id-$JOB_NAME.log
   mkdir -p "$job_dir"
-  ln -s "../.artifacts/${artifact##*/}" "$job_dir/artifact"
+  ln -s "../.artifacts/$(basename "$(dirname "$artifact")")/${artifact##*/}" "$job_dir/artifact"
   ln -s "../$job_id-$JOB_NAME.log" "$job_dir/log"
   [[ -z ${REQUEUE_PREVIOUS_DIR:-} ]] || ln -s "../$REQUEUE_PREVIOUS_DIR" "$job_dir/previous"
   if ! _check_early_death "$job_id" "$log"; then

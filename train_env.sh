@@ -11,7 +11,9 @@
 #   TUNE_PROFILE_FILE=<f>   a tuning profile as data: --xla flags and NAME=VALUE lines (see Tuning profiles)
 #   ENABLE_XLA_DUMP=1       dump HLO of the train step into <job dir>/xla_dump (node rank 0 only)
 #   CPU_DEVICES_PER_NODE=N  on a CPU-only node, emulate N devices in one process (default 1)
-#   JAX_CACHE_DIR=<dir>     persistent JAX compilation cache (default <workspace>/.jax_cache)
+#   JAX_CACHE_DIR=<dir>     persistent JAX compilation cache (default <workspace>/.jax_cache/uid-<uid>: each
+#                           user's own, since its entries are executables training runs; _train.sh does not
+#                           use one that is not this user's alone)
 
 # train_setting NAME DEFAULT: the real environment, else a command-line _env_ value, else DEFAULT.
 train_setting() {
@@ -56,7 +58,7 @@ fi
 export PYTHONUNBUFFERED=1
 export TF_CPP_MIN_LOG_LEVEL=${TF_CPP_MIN_LOG_LEVEL:-2}
 export XLA_PYTHON_CLIENT_MEM_FRACTION=${XLA_PYTHON_CLIENT_MEM_FRACTION:-.93}
-JAX_CACHE_DIR=$(train_setting JAX_CACHE_DIR "${JOB_WORKSPACE:-$PWD}/.jax_cache")
+JAX_CACHE_DIR=$(train_setting JAX_CACHE_DIR "${JOB_WORKSPACE:-$PWD}/.jax_cache/uid-$EUID")
 export JAX_CACHE_DIR JAX_COMPILATION_CACHE_DIR=$JAX_CACHE_DIR
 
 # --- Collectives (NCCL on NVIDIA, RCCL reads the same names on AMD) ---
@@ -100,7 +102,10 @@ fi
 # for each catalog profile, so a new profile needs no edit here. One item a line: `--name[=value]` is
 # appended to XLA_FLAGS like the named profiles' flags, `NAME=VALUE` is exported (value taken literally),
 # `#` comments and blank lines are skipped; any other line stops the job before training, naming the file
-# and line. The file is only read, never sourced. A relative path is taken from JOB_WORKSPACE, which is
+# and line. A setting's name must start with a prefix of configs/tune_env_prefixes.txt (XLA_, NCCL_, ...: the
+# list `jobkit sweep xla` holds catalogs to), so that a profile stays data (no LD_PRELOAD, PYTHONPATH,
+# BASH_ENV); and the file must be yours (or the workspace owner's, for root in a container) and writable by
+# nobody else, since whoever can edit it decides what training runs with. The file is only read, never sourced. A relative path is taken from JOB_WORKSPACE, which is
 # the same directory under another path inside the container.
 TUNE_PROFILE=$(train_setting TUNE_PROFILE baseline)
 TUNE_PROFILE_FILE=$(train_setting TUNE_PROFILE_FILE "")
@@ -109,6 +114,14 @@ apply_tune_profile() {
   _apply_named_tune_profile
   if [[ -n $TUNE_PROFILE_FILE ]]; then _apply_tune_profile_file "$TUNE_PROFILE_FILE" || return; fi
   return 0
+}
+
+# _tune_name_allowed NAME PREFIX...: true when NAME starts with one of the PREFIXes.
+_tune_name_allowed() {
+  local name=$1 prefix
+  shift
+  for prefix; do [[ $name == "$prefix"* ]] && return 0; done
+  return 1
 }
 
 # _apply_tune_profile_file FILE: checks every line first, then applies them all (a bad line changes nothing).
@@ -120,6 +133,15 @@ _apply_tune_profile_file() {
     echo "[train_env] ERROR: TUNE_PROFILE_FILE=$1: no readable file at $file; give an existing profile file (relative paths start at JOB_WORKSPACE)" >&2
     return 2
   fi
+  local owner mode ws_owner=""
+  read -r owner mode < <(stat -L -c '%u %a' -- "$file")
+  [[ -n ${JOB_WORKSPACE:-} ]] && ws_owner=$(stat -c %u -- "$JOB_WORKSPACE" 2>/dev/null)
+  if [[ $owner != "$EUID" && ! ($EUID == 0 && $owner == "$ws_owner") ]] || ((8#$mode & 022)); then
+    echo "[train_env] ERROR: TUNE_PROFILE_FILE=$1: $file (owner uid $owner, mode $mode) is not a file only you can write; whoever can edit it decides what training runs with: copy it to a file of yours (chmod go-w)" >&2
+    return 2
+  fi
+  local -a prefixes=()
+  mapfile -t prefixes < <(grep -v -e '^[[:space:]]*#' -e '^[[:space:]]*$' "${BASH_SOURCE[0]%/*}/configs/tune_env_prefixes.txt")
   while IFS= read -r line || [[ -n $line ]]; do
     number=$((number + 1))
     line=${line%$'\r'}
@@ -127,7 +149,13 @@ _apply_tune_profile_file() {
     line=${line%"${line##*[![:space:]]}"}
     if [[ -z $line || $line == '#'* ]]; then continue
     elif [[ $line =~ ^--[A-Za-z0-9_]+(=[^[:space:]]*)?$ ]]; then flags+=("$line")
-    elif [[ $line =~ ^([A-Za-z_][A-Za-z0-9_]*)=(.*)$ && ${BASH_REMATCH[1]} != XLA_FLAGS ]]; then settings+=("$line")
+    elif [[ $line =~ ^([A-Za-z_][A-Za-z0-9_]*)=(.*)$ && ${BASH_REMATCH[1]} != XLA_FLAGS ]]; then
+      name=${BASH_REMATCH[1]}
+      if ! _tune_name_allowed "$name" "${prefixes[@]}"; then
+        echo "[train_env] ERROR: $file:$number: $name is not a tuning variable; a profile may set only names starting with ${prefixes[*]} (configs/tune_env_prefixes.txt)" >&2
+        return 2
+      fi
+      settings+=("$line")
     else
       echo "[train_env] ERROR: $file:$number: '$line' is not an XLA flag (--name=value, no spaces), a setting (NAME=VALUE, not XLA_FLAGS) or a # comment; fix that line" >&2
       return 2

@@ -28,7 +28,8 @@
 #   LOCAL_CLUSTER_DIR   state dir (default /tmp/mxlc; keep it short, unix sockets live there): slurm.conf,
 #                       log/, spool/<node>/, state/, jobcomp.txt (read by `sacct -c`), pids/. `down` keeps
 #                       logs, controller state (job ids keep counting) and jobcomp.txt; delete the dir
-#                       after `down` for a clean slate.
+#                       after `down` for a clean slate. It must be root's and not writable by group or
+#                       others (`up` creates it 0755): any other dir there is refused with one line.
 #   LOCAL_CLUSTER_TIMEOUT   seconds `up` waits for all nodes idle (default 30)
 #
 # srun and salloc listen for call-backs on all addresses of the namespace they run in: run them inside a
@@ -39,6 +40,8 @@ set -euo pipefail
 _PROG=local_cluster.sh
 # shellcheck source=utils/lib/process.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib/process.sh"
+# shellcheck source=utils/lib/workspace.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib/workspace.sh"
 # The daemons, ip and mungekey live in sbin, which a CI runner's PATH may lack.
 PATH=$PATH:/usr/local/sbin:/usr/sbin:/sbin
 _DIR=${LOCAL_CLUSTER_DIR:-/tmp/mxlc}
@@ -73,6 +76,17 @@ _env_line() { printf 'export SLURM_CONF=%q\n' "$_CONF"; }
 
 _need_root() {
   (( EUID == 0 )) || _die "$1 needs root (network namespaces, daemons); run it as root (e.g. sudo $0 $1)"
+}
+
+# The state dir holds root's slurm.conf, hosts, pid files (down signals those PIDs) and Slurm state, under a
+# fixed name in /tmp by default: one another user made first would let them steer root's cluster. It is
+# used only when it is root's, no link, and not writable by group or others; `up` creates it 0755, not 0700:
+# munged runs as user munge and must reach its socket inside. CREATE: make it when absent (up only).
+_check_state_dir() {
+  local why
+  [[ -n ${1:-} || -e $_DIR || -L $_DIR ]] || return 0
+  why=$(workspace_private_dir "$_DIR" 0 0755) ||
+    _die "state dir $why: another user could steer root's cluster through it; remove it (check what it holds first) or set LOCAL_CLUSTER_DIR to a dir of root's"
 }
 
 # ---------------------------------------------------------------------------------------------- PIDs
@@ -359,7 +373,7 @@ cmd_up() {
   (( ${#_MUNGE_SOCKET} <= 100 )) ||
     _die "state dir path too long for a unix socket ($_MUNGE_SOCKET); set a shorter LOCAL_CLUSTER_DIR"
 
-  mkdir -p "$_DIR"
+  _check_state_dir create
   exec 9>"$_DIR/.lock"
   flock -w 120 9 || _die "another up/down holds $_DIR/.lock; wait for it, or remove the lock if it is stale"
 
@@ -449,6 +463,7 @@ _teardown() {
 cmd_down() {
   (( $# == 0 )) || _die "down takes no arguments; run utils/local_cluster.sh down"
   _need_root down
+  _check_state_dir
   if [[ -d $_DIR ]]; then
     exec 9>"$_DIR/.lock"
     flock -w 120 9 || _die "another up/down holds $_DIR/.lock; wait for it, or remove the lock if it is stale"
@@ -463,6 +478,7 @@ cmd_down() {
 
 cmd_status() {
   (( $# == 0 )) || _die "status takes no arguments"
+  _check_state_dir
   local n name pid up=1 where
   if ! n=$(_state_nodes); then
     echo "local cluster: down (no cluster recorded in $_DIR)"
@@ -495,6 +511,7 @@ cmd_status() {
 
 cmd_env() {
   (( $# == 0 )) || _die "env takes no arguments"
+  _check_state_dir
   _is_up || _die "no local cluster is up in $_DIR; start one with utils/local_cluster.sh up"
   _env_line
 }

@@ -7,7 +7,8 @@
 #
 #   install   finds `prometheus` (PROMETHEUS_BIN, PATH, then /usr/bin/prometheus); else, as root, installs
 #             Debian's package (apt-get install --no-install-recommends prometheus; no daemon is started).
-#             Prints path and version.
+#             Prints path and version. A setup step, run by hand on each node (or baked into the image): a
+#             RAY=1 job only looks for the binary, and without one trains with metrics off and says so.
 #   list      one line per job of the workspace (default $JOB_WORKSPACE, else <repo>/outputs) that holds a
 #             TSDB: job dir name, size, time range of the data. Offline: reads block meta.json and WAL times.
 #             A job stopped before its teardown finished (scancel, time limit, kill -9) left its TensorBoard

@@ -19,7 +19,7 @@ setup() {
 
 @test "the snapshot holds what git calls the project: tracked + untracked-not-ignored, no .git" {
   dest=$(make_artifact "$SRC" "$WS")
-  [[ $dest == "$WS"/.artifacts/artifact_[0-9]*_[0-9]*_[0-9a-f][0-9a-f][0-9a-f][0-9a-f] ]]
+  [[ $dest == "$WS"/.artifacts/"$(id -un)"/artifact_[0-9]*_[0-9]*_[0-9a-f][0-9a-f][0-9a-f][0-9a-f] ]]
   [ "$(cat "$dest/run.sh")" = "echo v2" ]          # the work tree as it is, edits included
   [ -f "$dest/utils/lib.sh" ]
   [ -f "$dest/untracked.sh" ]
@@ -57,6 +57,13 @@ setup() {
   [ "$(cat "$dest/submit_cmd.txt")" = 'RAY=1 STAGE_TIMEOUTS=train:60 ./submit.sh tiny -N 2 -- a=b\ c' ]
 }
 
+@test "submit_cmd.txt: a credential's value after -- is ***, the names PASS_ENV hands over are kept" {
+  local dest=$BATS_TEST_TMPDIR/a
+  mkdir -p "$dest"
+  PASS_ENV=HF_TOKEN write_submit_cmd "$dest" ./submit.sh tiny -- steps=3 _env_WANDB_API_KEY=FAKE0000SECRET _env_FOO=x
+  [ "$(cat "$dest/submit_cmd.txt")" = 'PASS_ENV=HF_TOKEN ./submit.sh tiny -- steps=3 _env_WANDB_API_KEY=\*\*\* _env_FOO=x' ]
+}
+
 @test "a snapshot of this repo carries its scripts and none of its local state" {
   dest=$(make_artifact "$REPO_DIR" "$WS")
   [ -x "$dest/run_local.sh" ]
@@ -92,4 +99,30 @@ setup() {
   [ -f "$dest/run.sh" ] && [ -f "$dest/untracked.sh" ]
   [ ! -e "$dest/container_settings.local.sh" ] && [ ! -e "$dest/debug.log" ] && [ ! -e "$dest/outputs" ]
   grep -q '^== COMMIT ==' "$dest/git_summary.txt"
+}
+
+@test "snapshots go to a private per-user dir, which must be a real dir of ours (F2)" {
+  umask 002   # a team workspace's umask: the per-user dir is still 0700
+  dest=$(make_artifact "$SRC" "$WS")
+  [ "$(dirname "$dest")" = "$WS/.artifacts/$(id -un)" ]
+  [ "$(stat -c %a "$WS/.artifacts/$(id -un)")" = 700 ]
+  [ "$(stat -c %a "$WS/.artifacts")" = 1775 ]   # sticky: a teammate cannot rename our dir away
+  chmod 0770 "$WS/.artifacts/$(id -un)"          # as an older submit.sh left it: made private again
+  make_artifact "$SRC" "$WS" >/dev/null
+  [ "$(stat -c %a "$WS/.artifacts/$(id -un)")" = 700 ]
+
+  local ws2=$BATS_TEST_TMPDIR/ws2
+  mkdir -p "$ws2/.artifacts" "$BATS_TEST_TMPDIR/elsewhere"
+  ln -s "$BATS_TEST_TMPDIR/elsewhere" "$ws2/.artifacts/$(id -un)"   # planted by someone who may write .artifacts
+  run make_artifact "$SRC" "$ws2"
+  [ "$status" -eq 1 ]
+  [[ $output == *"$ws2/.artifacts/$(id -un) is not a directory (a symlink or a file); remove it and submit again" ]]
+  [ -z "$(ls -A "$BATS_TEST_TMPDIR/elsewhere")" ]
+  if [ "$(id -u)" -eq 0 ]; then
+    rm "$ws2/.artifacts/$(id -un)"; mkdir "$ws2/.artifacts/$(id -un)"; chown 65534 "$ws2/.artifacts/$(id -un)"
+    run make_artifact "$SRC" "$ws2"
+    [ "$status" -eq 1 ]
+    [[ $output == *"$ws2/.artifacts/$(id -un) is owned by uid 65534, not by you ($(id -un))"* ]]
+    [ -z "$(ls -A "$ws2/.artifacts/$(id -un)")" ]
+  fi
 }

@@ -10,7 +10,7 @@ load container_helper
 setup() {
   # shellcheck disable=SC2046
   unset CONTAINER_RUNTIME DOCKER_IMAGE DOCKER_REGISTRY MAXTEXT_REPO_DIR DATASET_DIR CONTAINER_NOFILE \
-    CONTAINER_RUN_EXTRA_ARGS DOCKER_USERNAME DOCKER_TOKEN VIRTUAL_ENV VENV_DIR $(allowlist_names)
+    CONTAINER_PTRACE CONTAINER_RUN_EXTRA_ARGS DOCKER_USERNAME DOCKER_TOKEN VIRTUAL_ENV VENV_DIR $(allowlist_names)
   export STUB_LOG_DIR=$BATS_TEST_TMPDIR/log
   export JOB_WORKSPACE=$BATS_TEST_TMPDIR/ws
   export _DEV_ROOT=$BATS_TEST_TMPDIR/devroot
@@ -188,6 +188,62 @@ host_args() {
 
 # ---------------------------------------------------------------------------------------- docker run argv
 
+@test "C1: SYS_PTRACE only while py-spy may be needed (CONTAINER_PTRACE); memlock as the engine may grant it" {
+  make_sandbox docker podman
+  CONTAINER_RUNTIME=docker run_container tiny
+  [ "$status" -eq 0 ]
+  assert_argv_has "$STUB_LOG_DIR/docker-run.argv" --cap-add=SYS_PTRACE   # auto, the hang watchdog is on
+  CONTAINER_RUNTIME=docker HANG_TIMEOUT=off run_container tiny
+  [ "$status" -eq 0 ]
+  refute_argv_has "$STUB_LOG_DIR/docker-run.argv" --cap-add=SYS_PTRACE
+  assert_argv_has "$STUB_LOG_DIR/docker-run.argv" --cap-drop=ALL
+  CONTAINER_RUNTIME=docker HANG_TIMEOUT=off RAY=1 run_container tiny   # Ray's dashboard stack traces
+  assert_argv_has "$STUB_LOG_DIR/docker-run.argv" --cap-add=SYS_PTRACE
+  CONTAINER_RUNTIME=docker CONTAINER_PTRACE=0 run_container tiny
+  refute_argv_has "$STUB_LOG_DIR/docker-run.argv" --cap-add=SYS_PTRACE
+  CONTAINER_RUNTIME=docker CONTAINER_PTRACE=sometimes run_container tiny
+  [ "$status" -eq 2 ]
+  [[ $output == *"CONTAINER_PTRACE='sometimes' is not auto, 0 or 1"* ]]
+  # memlock: the user's own setting wins; rootless podman asks only for what this shell's hard limit allows
+  CONTAINER_RUNTIME=docker CONTAINER_RUN_EXTRA_ARGS="--ulimit memlock=65536:65536" run_container tiny
+  [ "$(grep -c 'memlock=' "$STUB_LOG_DIR/docker-run.argv")" -eq 1 ]
+  assert_argv_has "$STUB_LOG_DIR/docker-run.argv" --ulimit memlock=65536:65536
+  local -a as_user=()   # a user's rootless podman: as nobody when we are root
+  if (( EUID == 0 )); then as_user=(setpriv --reuid=65534 --regid=65534 --clear-groups); fi
+  run "${as_user[@]}" bash -c "$(cat "$REPO_DIR/utils/lib/container_runtime.sh")"$'\n''container_memlock podman'
+  local hard
+  hard=$(ulimit -Hl)
+  if [[ $hard == unlimited ]]; then [ "$output" = -1 ]; else [ "$output" = $((hard * 1024)) ]; fi
+}
+
+@test "C1: _env_ values reach the container through a private --env-file, never on the run command line" {
+  make_sandbox docker
+  export JOB_ID=j5 NODE_RANK=0 TMPDIR=$BATS_TEST_TMPDIR/tmp
+  mkdir -p "$TMPDIR"
+  CONTAINER_RUNTIME=docker STUB_RUN_EXEC=1 run_container tiny -- steps=2 _env_HF_TOKEN=hf_FAKE0000SECRET \
+    "_env_MSG=a b" _env_HF_TOKEN=hf_FAKE0000SECRET2
+  [ "$status" -eq 0 ]
+  local argv=$STUB_LOG_DIR/docker-run.argv
+  ! grep -q 'FAKE0000SECRET\|_env_' "$argv" "$STUB_LOG_DIR/docker.calls" || false
+  assert_argv_has "$argv" /workspace/launcher/_train.sh tiny -- steps=2
+  [ "$(tail -n 1 "$argv")" = steps=2 ]
+  local file
+  file=$(grep -A1 -x -- --env-file "$argv" | tail -n 1)
+  [[ $file == "$TMPDIR"/container-env.*/env ]]
+  [ "$(cat "$STUB_LOG_DIR/docker-run.env-file.mode")" = 600 ]
+  [ "$(cat "$STUB_LOG_DIR/docker-run.env-file")" = "$(printf '%s\n' _env_HF_TOKEN=hf_FAKE0000SECRET2 '_env_MSG=a b')" ]
+  [ ! -e "$(dirname "$file")" ]   # removed when the container ended
+  # inside, the stub _train.sh sees them as variables (the real one takes them as its _env_ overrides)
+  [[ $output == *$'ARG[tiny]\nARG[--]\nARG[steps=2]\nVIRTUAL_ENV'* ]]
+  # a newline cannot be carried by an env file: refused, nothing run
+  rm "$argv"
+  CONTAINER_RUNTIME=docker run_container tiny -- $'_env_X=a\nb'
+  [ "$status" -eq 2 ]
+  [[ $output == *"the value of _env_X holds a newline"* ]]
+  [ ! -e "$argv" ]
+  [ -z "$(ls -A "$TMPDIR")" ]
+}
+
 @test "docker run: name, labels, flags, mounts, workdir, image, command" {
   make_sandbox docker
   mkdir -p "$BATS_TEST_TMPDIR/datasets"
@@ -202,12 +258,19 @@ host_args() {
   assert_argv_has "$argv" --label maxtext-launcher.job=job42
   assert_argv_has "$argv" --network=host
   assert_argv_has "$argv" --ipc=host
-  assert_argv_has "$argv" --cap-add=SYS_PTRACE
+  # C1: no new privileges, every capability dropped but the few training needs (SYS_PTRACE: py-spy for the
+  # hang watchdog, on by default), memlock unlimited for RDMA, the launcher read-only.
+  assert_argv_has "$argv" --security-opt=no-new-privileges --cap-drop=ALL --cap-add=CHOWN --cap-add=DAC_OVERRIDE \
+    --cap-add=FOWNER --cap-add=IPC_LOCK --cap-add=SYS_PTRACE
+  [ "$(grep -c -- '^--cap-add' "$argv")" -eq 5 ]
+  ! grep -qx -- '--privileged\|--pid=host\|--user' "$argv" || false
   local hard
   hard=$(ulimit -Hn)
   if [[ $hard == unlimited ]] || (( hard > 1048576 )); then hard=1048576; fi
   assert_argv_has "$argv" --ulimit "nofile=$hard:$hard"
-  assert_argv_has "$argv" -v "$SCRIPTS:/workspace/launcher"
+  assert_argv_has "$argv" --ulimit memlock=-1:-1
+  assert_argv_has "$argv" -v "$SCRIPTS:/workspace/launcher:ro"
+  refute_argv_has "$argv" -v "$SCRIPTS:/workspace/launcher"
   assert_argv_has "$argv" -w /workspace/launcher
   assert_argv_has "$argv" -v "$JOB_WORKSPACE:/outputs"
   assert_argv_has "$argv" -v "$BATS_TEST_TMPDIR/datasets:/datasets:ro"
@@ -250,7 +313,7 @@ host_args() {
 
 # Names that do not cross on purpose (the comment under the allow-list in _container.sh says why):
 HOST_ONLY="DATASET_DIR CONTAINER_RUNTIME DOCKER_IMAGE DOCKER_REGISTRY"   # mounts and the choice of container
-HOST_ONLY+=" CONTAINER_NOFILE CONTAINER_RUN_EXTRA_ARGS CONTAINER_STOP_TIMEOUT"   # how the container is run
+HOST_ONLY+=" CONTAINER_NOFILE CONTAINER_PTRACE CONTAINER_RUN_EXTRA_ARGS CONTAINER_STOP_TIMEOUT"   # how it is run
 HOST_ONLY+=" JAX_CACHE_DIR VENV_DIR"                  # host paths; the container has its own
 HOST_ONLY+=" XLA_FLAGS TMPDIR USER"                   # the image's / the container's own
 HOST_ONLY+=" OUTPUT_PATH TB_BRIDGE_PARENT_PID"        # set inside the training tier itself
@@ -269,6 +332,7 @@ HOST_ONLY+=" JOBKIT_NOTIFY_URLS"                      # the login node's: jobkit
     [[ " $HOST_ONLY " == *" $name "* || $name == JOB_WORKSPACE ]] && continue
     export "$name=v-$name"
   done
+  [[ ! -v PASS_ENV ]] || export PASS_ENV=HOME   # PASS_ENV holds names of variables that are set
   CONTAINER_RUNTIME=docker run_container tiny
   [ "$status" -eq 0 ]
   local crossed
@@ -356,6 +420,28 @@ HOST_ONLY+=" JOBKIT_NOTIFY_URLS"                      # the login node's: jobkit
   CONTAINER_RUNTIME=docker STUB_IMAGE_PRESENT=0 STUB_PULL_NEEDS_LOGIN=1 STUB_RUN_RC=0 run_container tiny
   [ "$status" -eq 1 ]
   [[ $output == *"cannot pull docker.io/rocm/jax-training:maxtext-v26.2 with docker; "*"DOCKER_TOKEN"* ]]
+}
+
+@test "C2: an image pinned by digest is pulled and run by that digest, untouched; a malformed one is refused" {
+  make_sandbox docker
+  local digest=sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef
+  CONTAINER_RUNTIME=docker STUB_IMAGE_PRESENT=0 DOCKER_IMAGE=rocm/jax-training@$digest run_container tiny
+  [ "$status" -eq 0 ]
+  [ "$(cat "$STUB_LOG_DIR/docker-pull.argv")" = "$(printf '%s\n' pull "docker.io/rocm/jax-training@$digest")" ]
+  assert_argv_has "$STUB_LOG_DIR/docker-run.argv" "docker.io/rocm/jax-training@$digest" bash
+  [[ $output == *"pinned by digest"* ]]
+  # with a tag and a registry port: nothing is added or cut
+  CONTAINER_RUNTIME=docker STUB_IMAGE_PRESENT=0 DOCKER_IMAGE=reg.example:5000/team/jax:v1@$digest run_container --pull
+  [ "$status" -eq 0 ]
+  [ "$(cat "$STUB_LOG_DIR/docker-pull.argv")" = "$(printf '%s\n' pull "reg.example:5000/team/jax:v1@$digest")" ]
+  # a tag is pulled with a note on pinning
+  CONTAINER_RUNTIME=docker STUB_IMAGE_PRESENT=0 run_container --pull
+  [[ $output == *"(a tag, which its registry may move; DOCKER_IMAGE=<name>@sha256:<digest> pins it)"* ]]
+  rm "$STUB_LOG_DIR"/docker-*.argv
+  CONTAINER_RUNTIME=docker DOCKER_IMAGE=rocm/jax-training@sha256:abc run_container tiny
+  [ "$status" -eq 2 ]
+  [[ $output == *"DOCKER_IMAGE=rocm/jax-training@sha256:abc is not a valid digest reference; pin an image as <name>@sha256:<64 hex digits>"* ]]
+  [ ! -e "$STUB_LOG_DIR/docker-pull.argv" ] && [ ! -e "$STUB_LOG_DIR/docker-run.argv" ]
 }
 
 @test "--pull: pulls a missing image and runs nothing; natively there is nothing to pull" {
@@ -447,7 +533,8 @@ HOST_ONLY+=" JOBKIT_NOTIFY_URLS"                      # the login node's: jobkit
   [ "$status" -eq 0 ]
   local argv=$STUB_LOG_DIR/docker-run.argv
   assert_argv_has "$argv" run -i --rm --name maxtext-j3-node0
-  assert_argv_has "$argv" -v "$SCRIPTS:/workspace/launcher" -w /workspace/launcher
+  assert_argv_has "$argv" -v "$SCRIPTS:/workspace/launcher:ro" -w /workspace/launcher
+  assert_argv_has "$argv" --security-opt=no-new-privileges --cap-drop=ALL
   [ "$(tail -n 2 "$argv" | head -n 1)" = docker.io/rocm/jax-training:maxtext-v26.2 ]
   [ "$(tail -n 1 "$argv")" = bash ]
 }

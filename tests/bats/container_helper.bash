@@ -9,7 +9,7 @@ make_sandbox() {
   SANDBOX_BIN=$BATS_TEST_TMPDIR/bin
   mkdir -p "$SANDBOX_BIN"
   local tool
-  for tool in bash env timeout sleep mkdir dirname cat; do
+  for tool in bash env timeout sleep mkdir dirname cat mktemp rm stat; do
     ln -sf "$(command -v "$tool")" "$SANDBOX_BIN/$tool"
   done
   for tool in "$@"; do ln -sf "$STUBS_DIR/$tool" "$SANDBOX_BIN/$tool"; done
@@ -23,7 +23,8 @@ make_scripts_copy() {
   mkdir -p "$SCRIPTS/utils/lib" "$SCRIPTS/configs"
   cp "$REPO_DIR/_container.sh" "$SCRIPTS/"
   cp "$REPO_DIR/utils/container_init.sh" "$SCRIPTS/utils/"
-  cp "$REPO_DIR/utils/lib/container_runtime.sh" "$REPO_DIR/utils/lib/process.sh" "$SCRIPTS/utils/lib/"
+  cp "$REPO_DIR/utils/lib/container_runtime.sh" "$REPO_DIR/utils/lib/process.sh" "$REPO_DIR/utils/lib/env_mask.sh" \
+    "$SCRIPTS/utils/lib/"
   cp "$REPO_DIR/configs/container_settings.sh" "$SCRIPTS/configs/"
   cat >"$SCRIPTS/_train.sh" <<'EOF'
 #!/usr/bin/env bash

@@ -67,9 +67,9 @@ setup() { source "$REPO_DIR/utils/lib/job_log.sh"; }
 
 @test "status word: an exit 0 after MaxText stopped training early is STOPPED, with where it can resume" {
   local log=$BATS_TEST_DIRNAME/../fixtures/joblog/preempted-2node-sigterm.log
-  [ "$(job_status_word 0 0 "$BATS_TEST_TMPDIR" "$log")" = STOPPED ]
-  [ "$(job_status_word 0 1 "$BATS_TEST_TMPDIR" "$log")" = CANCELLED ]
-  [ "$(job_status_word 0 0 "$BATS_TEST_TMPDIR")" = SUCCESS ]
+  [ "$(job_status_word 0 0 "" "$log")" = STOPPED ]
+  [ "$(job_status_word 0 1 "" "$log")" = CANCELLED ]
+  [ "$(job_status_word 0 0 "")" = SUCCESS ]
   mkdir -p "$BATS_TEST_TMPDIR/ws/pre1/tiny/checkpoints/46"
   run job_stop_detail "$log" "$BATS_TEST_TMPDIR/ws" pre1
   [ "$output" = "Job received termination signal (SIGTERM); last step 45; checkpoint at step 46 in $BATS_TEST_TMPDIR/ws/pre1/tiny/checkpoints/46" ]
@@ -78,15 +78,16 @@ setup() { source "$REPO_DIR/utils/lib/job_log.sh"; }
 @test "status word: a reached target loss is a success; a hang marker makes a failure HANG" {
   printf 'I1124 05:43:10.913525 1 train.py:1454] Training stopped: Target loss self.config.target_eval_loss=2.0 is achieved.\n' \
     >"$BATS_TEST_TMPDIR/target.log"
-  [ "$(job_status_word 0 0 "$BATS_TEST_TMPDIR" "$BATS_TEST_TMPDIR/target.log")" = SUCCESS ]
-  mkdir -p "$BATS_TEST_TMPDIR/hang" && echo "phase training, last step 3, 9 s since" >"$BATS_TEST_TMPDIR/hang/HANG"
-  [ "$(job_status_word 143 0 "$BATS_TEST_TMPDIR")" = HANG ]
-  [ "$(job_status_word 143 1 "$BATS_TEST_TMPDIR")" = CANCELLED ]
+  [ "$(job_status_word 0 0 "" "$BATS_TEST_TMPDIR/target.log")" = SUCCESS ]
+  [ "$(job_status_word 143 0 "")" = FAILED ]
+  local hang="phase training, last step 3, 9 s since"   # the marker's line, as `jobkit hang-watchdog --marker` gives it
+  [ "$(job_status_word 143 0 "$hang")" = HANG ]
+  [ "$(job_status_word 143 1 "$hang")" = CANCELLED ]
   # with checkpointing, MaxText answers the watchdog's TERM by saving and exiting 0: still a hang
   local stopped=$BATS_TEST_DIRNAME/../fixtures/joblog/preempted-2node-sigterm.log
-  [ "$(job_status_word 0 0 "$BATS_TEST_TMPDIR" "$stopped")" = HANG ]
+  [ "$(job_status_word 0 0 "$hang" "$stopped")" = HANG ]
   # a hang reported (HANG_ACTION=report) that training got over, finishing its run: a success
-  [ "$(job_status_word 0 0 "$BATS_TEST_TMPDIR" "$BATS_TEST_TMPDIR/target.log")" = SUCCESS ]
+  [ "$(job_status_word 0 0 "$hang" "$BATS_TEST_TMPDIR/target.log")" = SUCCESS ]
 }
 
 @test "cancel detail: Slurm's reason when it cancelled the job, else a person's scancel" {

@@ -116,3 +116,18 @@ bad_input() {
   [[ $output == *"PY=$REPO_DIR/.venv/bin/python3"* ]]
   [ ! -e "$JOB_WORKSPACE" ]
 }
+
+@test "a checkpoint dir of the alias that is another user's is refused before anything is made" {
+  [[ $EUID == 0 ]] || skip "planting a teammate's dir needs root (chown)"
+  mkdir -p "$JOB_WORKSPACE/ck1/tiny/checkpoints/2" && chown -R 65534:65534 "$JOB_WORKSPACE/ck1"
+  run "$REPO_DIR/run_local.sh" tiny:ck1: -- enable_checkpointing=true
+  [ "$status" -eq 2 ]
+  [ "${#lines[@]}" -eq 1 ]
+  [ "${lines[0]}" = "run_local.sh: checkpoint dir $JOB_WORKSPACE/ck1 belongs to uid 65534, not to you (uid 0): enable_checkpointing=true would resume from their checkpoint and write into it; use an alias of your own (model:<alias>:) or your own JOB_WORKSPACE" ]
+  [ "$(ls -A "$JOB_WORKSPACE")" = ck1 ]   # no job dir, no log
+  # A link of theirs to their run is refused the same way.
+  mv "$JOB_WORKSPACE/ck1" "$JOB_WORKSPACE/theirs" && ln -s theirs "$JOB_WORKSPACE/ck1"
+  run "$REPO_DIR/run_local.sh" tiny:ck1: -- enable_checkpointing=true
+  [ "$status" -eq 2 ]
+  [[ ${lines[0]} == *"ck1 belongs to uid 0/65534, not to you"* ]]
+}

@@ -187,3 +187,87 @@ submit_ok() {
   submit_ok tiny -w 'node[1-2]'
   [[ $output == *"node-local"* ]]
 }
+
+@test "a checkpoint dir of the alias that is another user's is refused before anything is made" {
+  [[ $EUID == 0 ]] || skip "planting a teammate's dir needs root (chown)"
+  mkdir -p "$JOB_WORKSPACE/tiny/checkpoints/2" && chown -R 65534:65534 "$JOB_WORKSPACE/tiny"
+  run "$REPO_DIR/submit.sh" tiny -N 1 -- enable_checkpointing=true
+  [ "$status" -eq 2 ]
+  [ "${#lines[@]}" -eq 1 ]
+  [[ ${lines[0]} == "submit.sh: checkpoint dir $JOB_WORKSPACE/tiny belongs to uid 65534, not to you (uid 0): "* ]]
+  [ "$(ls -A "$JOB_WORKSPACE")" = tiny ]   # no snapshot, no log dir
+  [ ! -e "$BATS_TEST_TMPDIR/sbatch-called" ]
+}
+
+# submitted_job: submit_ok tiny -N 1 with an sbatch stub that also keeps the job's environment, then a copy of
+# the batch script where Slurm keeps it (outside the workspace). Sets SNAP, SHA and BATCH.
+submitted_job() {
+  make_stub docker 'exit 0'
+  make_stub sbatch "printf '%s\\n' \"\$@\" >'$BATS_TEST_TMPDIR/sbatch.argv'
+    printf '%s\\n' \"\$MAXTEXT_LAUNCHER_DIR\" \"\$ARTIFACT_SHA256\" >'$BATS_TEST_TMPDIR/sbatch.env'; echo 4301"
+  make_stub squeue 'echo RUNNING'
+  CONTAINER_RUNTIME=docker EARLY_DEATH_CHECK_SECONDS=1 run "$REPO_DIR/submit.sh" tiny -N 1
+  [ "$status" -eq 0 ]
+  { read -r SNAP; read -r SHA; } <"$BATS_TEST_TMPDIR/sbatch.env"
+  BATCH=$BATS_TEST_TMPDIR/slurmd-spool-job.sbatch
+  cp "$(grep '/_job.sbatch$' "$BATS_TEST_TMPDIR/sbatch.argv")" "$BATCH"
+}
+
+# run_batch: the stored batch script as Slurm starts it, with the job's environment (no Slurm here: a
+# script that passes the snapshot check stops later, at the first SLURM_* name).
+run_batch() {
+  run env MAXTEXT_LAUNCHER_DIR="$SNAP" ARTIFACT_SHA256="$SHA" bash "$BATCH" tiny -- steps=1
+}
+
+@test "the snapshot is in a private per-user dir and its sha256 goes to the job (F2)" {
+  submitted_job
+  [ "$SNAP" = "$JOB_WORKSPACE/.artifacts/$(id -un)/$(basename "$SNAP")" ]
+  [ "$(stat -c %a "$JOB_WORKSPACE/.artifacts/$(id -un)")" = 700 ]
+  [ -k "$JOB_WORKSPACE/.artifacts" ]   # sticky: nobody renames another user's dir in it
+  [[ $SHA =~ ^[0-9a-f]{64}$ ]]
+  [ "$SHA" = "$("$REPO_DIR/_job.sbatch" --snapshot-sha256 "$SNAP")" ]
+  [ "$(readlink "$JOB_WORKSPACE/4301-JAX-tiny/artifact")" = "../.artifacts/$(id -un)/$(basename "$SNAP")" ]
+  run_batch
+  [[ $output != *"refusing to run"* ]]
+  [[ $output == *"SLURM_JOB_ID: unbound variable"* ]]   # got past the check, to the Slurm names
+}
+
+@test "a snapshot swapped while the job is queued is refused before any of it runs (F2)" {
+  submitted_job
+  local canary=$BATS_TEST_TMPDIR/payload-ran
+  # What the audit's teammate did: move the snapshot aside and put a copy with a payload in its place.
+  mv "$SNAP" "$SNAP.orig"
+  cp -a "$SNAP.orig" "$SNAP"
+  chmod u+w "$SNAP/utils/lib/job_log.sh"
+  echo "touch '$canary'" >>"$SNAP/utils/lib/job_log.sh"
+  chmod u-w "$SNAP/utils/lib/job_log.sh"
+  run_batch
+  [ "$status" -eq 2 ]
+  [ "${#lines[@]}" -eq 1 ]
+  [[ ${lines[0]} == "_job.sbatch: refusing to run: the code snapshot $SNAP changed after submit (sha256 "*", submitted $SHA); resubmit with submit.sh" ]]
+  [ ! -e "$canary" ]
+  # A requeue of that job (its submit-time ARTIFACT_SHA256, the same snapshot) is refused too.
+  REQUEUE_ARTIFACT=$SNAP ARTIFACT_SHA256=$SHA CONTAINER_RUNTIME=docker run "$REPO_DIR/submit.sh" tiny -N 1
+  [ "$status" -eq 2 ]
+  [[ ${lines[-1]} == "submit.sh: the snapshot $SNAP changed since the first attempt was submitted"* ]]
+}
+
+@test "a snapshot or user dir someone else owns or may write is refused, as is a job without the hash (F2)" {
+  submitted_job
+  local user_dir=${SNAP%/*}
+  chmod g+w "$user_dir"
+  run_batch
+  [ "$status" -eq 2 ]
+  [ "$output" = "_job.sbatch: refusing to run: $user_dir is writable by group or others (mode 720); resubmit with submit.sh" ]
+  chmod g-w "$user_dir"
+  if [ "$(id -u)" -eq 0 ]; then
+    chown 65534 "$SNAP"
+    run_batch
+    [ "$status" -eq 2 ]
+    [ "$output" = "_job.sbatch: refusing to run: $SNAP is owned by uid 65534, not by this job's uid 0; resubmit with submit.sh" ]
+    chown 0 "$SNAP"
+  fi
+  SHA="" run_batch
+  [ "$status" -eq 2 ]
+  [[ $output == *"refusing to run: ARTIFACT_SHA256 (the code snapshot's hash) is not set; submit jobs with submit.sh" ]]
+}

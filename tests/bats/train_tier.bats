@@ -28,7 +28,7 @@ env_of() { sed -n "s/^$1=//p" "$RECORD.env"; }
   [ "${argv[2]}" = launch ]
   [ "${argv[3]}" = "$REPO/configs/tiny.yml" ]
   [ "${argv[4]}" = "base_output_directory=$JOB_WORKSPACE/$JOB_DIR" ]
-  [ "${argv[5]}" = "jax_cache_dir=$JOB_WORKSPACE/.jax_cache" ]
+  [ "${argv[5]}" = "jax_cache_dir=$JOB_WORKSPACE/.jax_cache/uid-$EUID" ]
   [ "${argv[6]}" = steps=7 ]
   [ "${#argv[@]}" -eq 7 ]   # the _env_ arg never reaches MaxText
   [ "$(env_of FOO)" = bar ]
@@ -41,6 +41,45 @@ env_of() { sed -n "s/^$1=//p" "$RECORD.env"; }
   [[ $output != *"base_output_directory=$JOB_WORKSPACE"* ]]
   [[ $output != *"jax_cache_dir=$JOB_WORKSPACE"* ]]
   [[ $output == *"base_output_directory=/x"* ]]
+}
+
+@test "the compile cache is each user's own (0700); one others can write or own is not used" {
+  "$REPO/_train.sh" tiny
+  local mine=$JOB_WORKSPACE/.jax_cache/uid-$EUID
+  [ "$(stat -c '%u %a' "$mine")" = "$EUID 700" ]
+  [ "$(env_of JAX_COMPILATION_CACHE_DIR)" = "$mine" ]
+  # A team workspace: the shared cache dir is the group's to write, so a teammate could swap an executable.
+  local shared=$JOB_WORKSPACE/shared_cache
+  mkdir -m 0777 "$shared"
+  export JAX_CACHE_DIR=$shared
+  run "$REPO/_train.sh" tiny
+  [ "$status" -eq 0 ]
+  [[ $output == *"[_train] warning: JAX_CACHE_DIR: $shared is writable by group or others (mode 777); running without the compilation cache (set JAX_CACHE_DIR to a dir of yours that group and others cannot write)"* ]]
+  grep -qx "jax_cache_dir=" "$RECORD.argv"
+  [ -z "$(env_of JAX_COMPILATION_CACHE_DIR)" ]
+  # Planted by a teammate at the default's name: theirs (nobody), or a link to a dir of theirs.
+  unset JAX_CACHE_DIR
+  rm -rf "$mine" && mkdir -m 0700 "$mine" && chown 65534 "$mine"
+  run "$REPO/_train.sh" tiny
+  [[ $output == *"warning: JAX_CACHE_DIR: $mine belongs to uid 65534, not to uid $EUID; running without"* ]]
+  grep -qx "jax_cache_dir=" "$RECORD.argv"
+  rmdir "$mine" && ln -s "$shared" "$mine"
+  run "$REPO/_train.sh" tiny
+  [[ $output == *"warning: JAX_CACHE_DIR: $mine is a symlink; running without"* ]]
+}
+
+@test "a checkpoint dir of the alias that appeared as another user's while the job was queued stops training" {
+  mkdir -p "$JOB_WORKSPACE/tiny"   # our own dir, from an earlier run: used
+  "$REPO/_train.sh" tiny -- enable_checkpointing=true
+  grep -qx "base_output_directory=$JOB_WORKSPACE/tiny" "$RECORD.argv"
+  [[ $EUID == 0 ]] || skip "planting a teammate's dir needs root (chown)"
+  rm "$RECORD.argv"
+  export MODEL_NAME_ALIAS=ck2
+  mkdir -p "$JOB_WORKSPACE/ck2" && chown 65534 "$JOB_WORKSPACE/ck2"
+  run "$REPO/_train.sh" tiny -- enable_checkpointing=true
+  [ "$status" -eq 2 ]
+  [[ $output == *"_train.sh: checkpoint dir $JOB_WORKSPACE/ck2 belongs to uid 65534, not to you (uid 0)"* ]]
+  [ ! -e "$RECORD.argv" ]   # training never started
 }
 
 @test "layering, last wins: train_env.sh < configs/<model>.env.sh < _env_" {
@@ -152,6 +191,18 @@ env_of() { sed -n "s/^$1=//p" "$RECORD.env"; }
   done
   ! grep -q 0000SECRET "$f" || false
   ! grep -q 0000SECRET <<<"$output" || false                # nor in the log lines of the overrides
+  [[ $output == *"_env_ override: WANDB_API_KEY=***"* ]]
+}
+
+@test "_env_ overrides that _container.sh passed as variables (run --env-file) are applied like the arguments" {
+  run env _env_FOO=from-file "_env_QUOTED='q v'" _env_WANDB_API_KEY=FAKEwandb0000SECRET \
+    "$REPO/_train.sh" tiny -- _env_FOO=from-arg
+  [ "$status" -eq 0 ]
+  local f=$JOB_WORKSPACE/$JOB_DIR/environment.node0.txt
+  grep -qx 'FOO=from-arg' "$f"                   # an argument after it still wins
+  grep -qx 'QUOTED=q v' "$f"                     # quotes stripped as for an argument
+  grep -qx 'WANDB_API_KEY=\*\*\*' "$f"
+  ! grep -q '^_env_' "$f" || false                # the carrier variables themselves are gone
   [[ $output == *"_env_ override: WANDB_API_KEY=***"* ]]
 }
 

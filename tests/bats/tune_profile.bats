@@ -24,12 +24,12 @@ BASE_FLAGS=--xla_force_host_platform_device_count=1
 @test "flags are appended in file order after the model env file; NAME=VALUE lines are exported" {
   echo 'append_xla_flags --xla_cpu_enable_fast_math=false' >"$REPO/configs/tiny.env.sh"
   printf '%s\n' '# a comment' '' '--xla_cpu_enable_fast_math=true' '  NCCL_PROTO=Simple  ' \
-    '--xla_cpu_multi_thread_eigen=false' 'TWO_WORDS=a b=c' >"$PROFILE"
+    '--xla_cpu_multi_thread_eigen=false' 'NCCL_TWO_WORDS=a b=c' >"$PROFILE"
   run "$REPO/_train.sh" tiny -- "_env_TUNE_PROFILE_FILE=$PROFILE"
   [ "$status" -eq 0 ]
   [ "$(env_of XLA_FLAGS)" = "$BASE_FLAGS --xla_cpu_enable_fast_math=false --xla_cpu_enable_fast_math=true --xla_cpu_multi_thread_eigen=false" ]
   [ "$(env_of NCCL_PROTO)" = Simple ]
-  [ "$(env_of TWO_WORDS)" = "a b=c" ]
+  [ "$(env_of NCCL_TWO_WORDS)" = "a b=c" ]
   [[ $output == *"TUNE_PROFILE_FILE=$PROFILE applied: 2 XLA flag(s), 2 setting(s)"* ]]
 }
 
@@ -63,11 +63,11 @@ BASE_FLAGS=--xla_force_host_platform_device_count=1
 
 @test "the file is read, never run: shell syntax in a value stays text" {
   # shellcheck disable=SC2016  # shell syntax that must stay text
-  printf '%s\n' 'GREETING=$(touch pwned)`touch pwned2`' >"$PROFILE"
+  printf '%s\n' 'NCCL_GREETING=$(touch pwned)`touch pwned2`' >"$PROFILE"
   cd "$BATS_TEST_TMPDIR"
   "$REPO/_train.sh" tiny -- "_env_TUNE_PROFILE_FILE=$PROFILE"
   # shellcheck disable=SC2016
-  [ "$(env_of GREETING)" = '$(touch pwned)`touch pwned2`' ]
+  [ "$(env_of NCCL_GREETING)" = '$(touch pwned)`touch pwned2`' ]
   [ ! -e pwned ] && [ ! -e pwned2 ]
 }
 
@@ -89,4 +89,34 @@ BASE_FLAGS=--xla_force_host_platform_device_count=1
   "$REPO/_train.sh" tiny
   [ "$(env_of XLA_FLAGS)" = "$BASE_FLAGS" ]
   [ -z "$(env_of TUNE_PROFILE_FILE)" ]
+}
+
+@test "a profile may set only tuning variables: LD_PRELOAD, PYTHONPATH, BASH_ENV stop the job and nothing is applied" {
+  local name
+  for name in LD_PRELOAD PYTHONPATH BASH_ENV PATH; do
+    printf '%s\n' '--xla_cpu_use_thunk_runtime=false' 'NCCL_PROTO=Simple' "$name=/tmp/evil" >"$PROFILE"
+    rm -f "$RECORD.env"
+    run "$REPO/_train.sh" tiny -- "_env_TUNE_PROFILE_FILE=$PROFILE"
+    [ "$status" -eq 2 ]
+    [[ $output == *"$PROFILE:3: $name is not a tuning variable; a profile may set only names starting with XLA_ JAX_ NCCL_"* ]]
+    [ ! -e "$RECORD.env" ]   # training never started
+  done
+}
+
+@test "a profile file others can write, or another user's, is refused before training" {
+  printf '%s\n' 'NCCL_PROTO=Simple' >"$PROFILE"
+  chmod 0664 "$PROFILE"
+  run "$REPO/_train.sh" tiny -- "_env_TUNE_PROFILE_FILE=$PROFILE"
+  [ "$status" -eq 2 ]
+  [[ $output == *"(owner uid $EUID, mode 664) is not a file only you can write"* ]]
+  [ ! -e "$RECORD.env" ]
+  chmod 0644 "$PROFILE"
+  if (( EUID == 0 )); then
+    chown 65534 "$PROFILE"
+    run "$REPO/_train.sh" tiny -- "_env_TUNE_PROFILE_FILE=$PROFILE"
+    [ "$status" -eq 2 ] && [[ $output == *"(owner uid 65534, mode 644)"* ]]
+    chown 0 "$PROFILE"
+  fi
+  run "$REPO/_train.sh" tiny -- "_env_TUNE_PROFILE_FILE=$PROFILE"
+  [ "$status" -eq 0 ] && [ "$(env_of NCCL_PROTO)" = Simple ]
 }

@@ -229,3 +229,26 @@ def test_nothing_to_clean(tmp_path, slurm):
     assert result.exit_code == 0 and result.output == f"no snapshots in {tmp_path / 'ws' / '.artifacts'}\n"
     missing = run(tmp_path / "nope")
     assert missing.exit_code == 1 and "does not exist; pass --workspace or set JOB_WORKSPACE" in missing.output
+
+
+def test_per_user_snapshot_dirs_are_cleaned_and_a_linked_user_dir_is_not_followed(tmp_path, slurm):
+    # submit.sh's layout since audit row F2: .artifacts/<user>/artifact_*; job dirs link ../.artifacts/<user>/...
+    ws = tmp_path / "outputs"
+    mine = ws / ".artifacts" / "alice"
+    mine.mkdir(parents=True)
+    (tmp_path / "outside").mkdir()
+    make_snapshot(mine, FINISHED, DAY)
+    make_snapshot(mine, QUEUED, DAY)
+    make_snapshot(tmp_path / "outside", ORPHAN, DAY)
+    (ws / ".artifacts" / "bob").symlink_to(tmp_path / "outside")  # a user dir that is a link: never entered
+    make_job(ws, "4242", f"alice/{FINISHED}")
+    make_job(ws, "4243", f"alice/{QUEUED}", log=False)
+    slurm("squeue", SQUEUE)
+
+    result = run(ws)
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert re.fullmatch(rf"removed alice/{FINISHED} \([\d.]+ KiB\)", lines[0]), lines
+    assert lines[1] == f"kept alice/{QUEUED}: job 4243 is queued (PENDING)"
+    assert sorted(os.listdir(mine)) == [QUEUED]
+    assert (tmp_path / "outside" / ORPHAN / "submit.sh").is_file()

@@ -89,10 +89,19 @@ def wait_until(predicate, timeout, what):
 def test_auto_detect_picks_podman_for_a_present_image_and_tiny_trains_in_it(cpu_image, workspace):
     env = container_env(workspace, cpu_image)
     del env["CONTAINER_RUNTIME"]  # auto-detect: podman answers and has the image
-    result = subprocess.run([str(REPO / "run_local.sh"), "tiny"], env=env, capture_output=True, text=True, timeout=600)
+    # An _env_ secret reaches training through run --env-file, not on the podman command line.
+    secret = "hf_FAKEctr0000SECRET44"
+    result = subprocess.run(
+        [str(REPO / "run_local.sh"), "tiny", "--", f"_env_HF_TOKEN={secret}"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     log = job_log(result.stdout)
     text = log.read_text()
     assert result.returncode == 0, text[-4000:]
+    assert "[_train] _env_ override: HF_TOKEN=***" in text
     head = header(text)
     assert head["CONTAINER_RUNTIME"] == "podman"
     job_id = head["JOB_ID"]
@@ -112,6 +121,22 @@ def test_auto_detect_picks_podman_for_a_present_image_and_tiny_trains_in_it(cpu_
     for path in [job_dir, *events, job_dir / "environment.node0.txt"]:
         assert path.stat().st_uid == os.getuid(), path
     assert containers_of(job_id) == []
+
+
+def test_the_container_is_hardened_and_the_launcher_read_only(cpu_image, workspace):
+    # Audit row C1, in a real container: what _container.sh's flags amount to inside.
+    env = container_env(workspace, cpu_image, JOB_ID="hardening1", HANG_TIMEOUT="off")
+    script = "grep -E '^(CapEff|NoNewPrivs)' /proc/self/status; touch /workspace/launcher/x; echo touch=$?\n"
+    shell = subprocess.run(
+        [str(REPO / "_container.sh")], env=env, input=script, capture_output=True, text=True, timeout=180
+    )
+    assert shell.returncode == 0, shell.stderr[-3000:]
+    status = dict(line.split(":\t") for line in shell.stdout.splitlines() if ":\t" in line)
+    assert status["NoNewPrivs"] == "1"
+    # CHOWN, DAC_OVERRIDE, FOWNER and IPC_LOCK; no SYS_PTRACE with the hang watchdog off
+    assert int(status["CapEff"], 16) == (1 << 0) | (1 << 1) | (1 << 3) | (1 << 14), status
+    assert "touch=1" in shell.stdout and "Read-only file system" in shell.stderr
+    assert not (REPO / "x").exists()
 
 
 def allow_list():

@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-from jobkit.core.files import current_umask, write_atomic
+from jobkit.core.files import Untrusted, current_umask, make_own_dir, open_append, read_own, write_atomic
 
 
 @pytest.fixture
@@ -42,3 +42,53 @@ def test_a_failed_write_leaves_the_old_file_and_no_temp(tmp_path, umask):
         write_atomic(target, "\ud800")  # a lone surrogate cannot be written as UTF-8
     assert target.read_text() == "old"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["page.html"]
+
+
+# ------------------------------------------------------------- a shared workspace: planted links and files
+
+
+def test_a_link_planted_at_the_target_is_replaced_not_followed(tmp_path, umask):
+    umask(0o077)
+    victim = tmp_path / "victim.txt"
+    victim.write_text("mine")
+    (tmp_path / "report.html").symlink_to(victim)
+    write_atomic(tmp_path / "report.html", "new")
+    assert victim.read_text() == "mine"
+    assert not (tmp_path / "report.html").is_symlink() and (tmp_path / "report.html").read_text() == "new"
+
+
+def test_append_refuses_a_planted_link(tmp_path):
+    victim = tmp_path / "victim.txt"
+    victim.write_text("mine")
+    (tmp_path / "state.log").symlink_to(victim)
+    with pytest.raises(OSError, match="Too many levels of symbolic links"):
+        open_append(tmp_path / "state.log")
+    assert victim.read_text() == "mine"
+    os.close(open_append(tmp_path / "new.log"))
+    assert (tmp_path / "new.log").stat().st_mode & 0o777 == 0o600
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="planting a teammate's file needs root (chown)")
+def test_only_our_own_regular_files_in_our_own_dirs_are_trusted(tmp_path):
+    ours = tmp_path / "ours"
+    ours.mkdir(mode=0o755)
+    (ours / "m").write_text("ok\n")
+    assert read_own(ours / "m", in_own_dir=True) == "ok\n"
+    with pytest.raises(FileNotFoundError):
+        read_own(ours / "absent")
+    (ours / "link").symlink_to(ours / "m")
+    os.link(ours / "m", ours / "hard")
+    (ours / "theirs").write_text("x")
+    os.chown(ours / "theirs", 65534, 65534)
+    for name, why in [("link", "is a symlink"), ("hard", "has 2 links"), ("theirs", "belongs to uid 65534")]:
+        with pytest.raises(Untrusted, match=why):
+            read_own(ours / name)
+    ours.chmod(0o775)
+    with pytest.raises(Untrusted, match=r"writable by group or others \(mode 775\)"):
+        read_own(ours / "m", in_own_dir=True)
+    team = tmp_path / "team"
+    team.mkdir()
+    os.chown(team, 65534, 65534)
+    with pytest.raises(Untrusted, match="belongs to uid 65534"):
+        make_own_dir(team)
+    assert make_own_dir(tmp_path / "fresh").stat().st_mode & 0o022 == 0

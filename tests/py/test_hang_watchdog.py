@@ -3,6 +3,7 @@ py-spy, and real jobs (run_local.sh, and a 2-node Slurm job) whose training the 
 
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -12,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 from job_observation import TRAINING_CMDLINE, header, live_processes_of
 from launch_env import launcher_env
 from slurm_cluster import job_env, local_cluster, submit_job  # noqa: F401  (local_cluster: the session fixture)
@@ -105,6 +107,7 @@ def stand_in_training(job_id, rank="0"):
 def run_watchdog(tmp_path, job_id, settings, lines, nnodes=1):
     log = tmp_path / "job.log"
     log.write_text("".join(lines))
+    (tmp_path / "job").mkdir(exist_ok=True)
     dog = hw.Watchdog(settings, log, tmp_path / "job" / "hang", job_id, "0", nnodes, "hostA", interval=0.2)
     return dog, dog.run()
 
@@ -125,7 +128,10 @@ def test_a_silent_training_process_is_declared_hung_its_stacks_captured_and_it_i
     assert dog.declared
     hang = tmp_path / "job" / "hang"
     marker = (hang / "HANG").read_text()
-    assert re.fullmatch(r"phase training, last step 5, \d+ s since, noticed on hostA \(rank 0\)\n", marker), marker
+    assert re.fullmatch(
+        rf"phase training, last step 5, \d+ s since, noticed on hostA \(rank 0\)\njob={job_id}\n", marker
+    )
+    assert hw.read_marker(tmp_path / "job", job_id).startswith("phase training, last step 5"), "its own: trusted"
     stacks = (hang / "hostA.txt").read_text()
     assert stacks.startswith("HANG on hostA (rank 0): phase training, last step 5")
     assert f"pid {proc.pid}, state S" in stacks
@@ -161,7 +167,7 @@ def test_a_marker_from_another_node_makes_this_node_capture_its_stacks_at_once(t
     proc = stand_in_training(job_id)
     hang = tmp_path / "job" / "hang"
     hang.mkdir(parents=True)
-    (hang / "HANG").write_text("phase training, last step 40, 300 s since, noticed on hostB (rank 1)\n")
+    (hang / "HANG").write_text(f"phase training, last step 40, 300 s since, noticed on hostB (rank 1)\njob={job_id}\n")
     (hang / "hostB.txt").write_text("stacks of hostB\n")
     try:
         # Found even if it has not exec'd yet (a loaded machine): the watchdog waits for this node's training.
@@ -174,6 +180,140 @@ def test_a_marker_from_another_node_makes_this_node_capture_its_stacks_at_once(t
         if proc.poll() is None:
             proc.kill()
     assert "HANG on hostA (rank 0): phase training, last step 40" in (hang / "hostA.txt").read_text()
+
+
+# --------------------------------------------------------------------- markers planted in a shared workspace
+
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="planting a teammate's file needs root (chown)")
+TEAMMATE = 65534  # nobody: the teammate with write access to the shared workspace
+
+
+def planted(path, text, uid=TEAMMATE):
+    path.write_text(text)
+    os.lchown(path, uid, uid)
+    return path
+
+
+def plant(kind, job, job_id):
+    """Plants KIND in the job dir JOB (a team workspace's: anyone may write); returns the file the watchdog
+    must name when it ignores it."""
+    hang = job / "hang"
+    marker = f"phase training, last step 9, 300 s since, noticed on hostB (rank 1)\njob={job_id}\n"
+    if kind == "teammate's hang dir":
+        hang.mkdir(mode=0o777)
+        os.lchown(hang, TEAMMATE, TEAMMATE)
+        planted(hang / "HANG", marker)
+        return hang
+    if kind == "group-writable hang dir":
+        hang.mkdir()
+        hang.chmod(0o775)  # ours, but a teammate could have put HANG there
+        planted(hang / "HANG", marker)
+        return hang
+    if kind == "an older job's marker":  # our own dir and file, moved here from an earlier job dir
+        hang.mkdir()
+        (hang / "HANG").write_text(marker.replace(f"job={job_id}", "job=1"))
+        return hang / "HANG"
+    stop = job / hw.TIME_LIMIT_MARKER
+    body = hw.marker_body("time limit near: save and stop", job_id)
+    if kind == "teammate's time-limit marker":
+        planted(stop, body)
+    elif kind == "time-limit marker as a link":
+        (job / "ours.txt").write_text(body)
+        stop.symlink_to(job / "ours.txt")
+    elif kind == "time-limit marker as a hard link":
+        (job / "ours.txt").write_text(body)
+        os.link(job / "ours.txt", stop)
+    return stop
+
+
+@needs_root
+@pytest.mark.parametrize(
+    "kind",
+    [
+        "teammate's hang dir",
+        "group-writable hang dir",
+        "an older job's marker",
+        "teammate's time-limit marker",
+        "time-limit marker as a link",
+        "time-limit marker as a hard link",
+    ],
+)
+def test_a_planted_marker_is_ignored_and_said_in_the_log(tmp_path, capsys, kind):
+    job_id = f"hwtest-planted-{os.getpid()}"
+    job = tmp_path / "job"
+    job.mkdir()
+    job.chmod(0o777)
+    named = plant(kind, job, job_id)
+    go = tmp_path / "training-may-end"
+    # Training that ends by itself (exit 0) once the test has seen the watchdog ignore the plant.
+    code = f"import os, time\nwhile not os.path.exists({str(go)!r}):\n    time.sleep(0.05)\n"
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code, "jobkit", "launch"], env={**os.environ, "JOB_ID": job_id, "NODE_RANK": "0"}
+    )
+    result, said = {}, ""
+    try:
+        settings = hw.Settings(floor=3600, compile_allowance=3600, factor=10)  # this node's own limit is far away
+        lines = ["completed step: 3, seconds: 0.1, loss: 8\n"]
+        thread = threading.Thread(target=lambda: result.update(rc=run_watchdog(tmp_path, job_id, settings, lines)[1]))
+        thread.start()
+        deadline = time.monotonic() + 30
+        while "ignored" not in said and thread.is_alive() and time.monotonic() < deadline:
+            said += capsys.readouterr().out
+            time.sleep(0.1)
+        go.touch()
+        thread.join(timeout=30)
+        assert proc.wait(timeout=15) == 0, "training was not stopped"
+    finally:
+        go.touch()
+        if proc.poll() is None:
+            proc.kill()
+    said += capsys.readouterr().out
+    assert result == {"rc": 0}, said
+    assert re.search(rf"^\[hang\] hostA: ignored {re.escape(str(named))} ", said, re.M), said
+    assert "HANG detected" not in said and "TERM to training" not in said, said
+
+
+@needs_root
+def test_marker_cli_prints_only_this_jobs_own_marker(tmp_path, monkeypatch):
+    job_id = "77"
+    monkeypatch.setenv("JOB_ID", job_id)
+    job = tmp_path / "job"
+    job.mkdir()
+    run = CliRunner().invoke
+    assert run(hw.command, ["--marker", "--job-dir", str(job)]).exit_code == 1, "no marker: no hang"
+    plant("teammate's hang dir", job, job_id)
+    got = run(hw.command, ["--marker", "--job-dir", str(job)])
+    assert got.exit_code == 1 and got.stdout == ""
+    assert f"[hang] ignored {job / 'hang'} belongs to uid {TEAMMATE}" in got.stderr
+    shutil.rmtree(job / "hang")
+    (job / "hang").mkdir()
+    (job / "hang" / "HANG").write_text(hw.marker_body("phase training, last step 9, 300 s since", job_id))
+    got = run(hw.command, ["--marker", "--job-dir", str(job)])
+    assert (got.exit_code, got.stdout) == (0, "phase training, last step 9, 300 s since\n")
+
+
+def test_time_limit_marker_is_written_whole_through_no_link(tmp_path, monkeypatch):
+    monkeypatch.setenv("JOB_ID", "78")
+    victim = tmp_path / "victim.txt"
+    victim.write_text("mine\n")
+    (tmp_path / hw.TIME_LIMIT_MARKER).symlink_to(victim)  # planted
+    assert CliRunner().invoke(hw.command, ["--time-limit", "--job-dir", str(tmp_path)]).exit_code == 0
+    assert victim.read_text() == "mine\n"
+    assert not (tmp_path / hw.TIME_LIMIT_MARKER).is_symlink()
+    assert hw.time_limit_requested(tmp_path, "78") and not hw.time_limit_requested(tmp_path / "none", "78")
+
+
+def test_stacks_are_written_whole_through_no_link(tmp_path):
+    hang = tmp_path / "hang"
+    hang.mkdir()
+    victim = tmp_path / "victim.txt"
+    victim.write_text("mine\n")
+    for name in ("hostA.txt", "hostA.tmp"):  # the final name and the old fixed temp name
+        (hang / name).unlink(missing_ok=True)
+        (hang / name).symlink_to(victim)
+    hw.capture_stacks(None, hang / "hostA.txt", "HANG on hostA (rank 0): test")
+    assert victim.read_text() == "mine\n"
+    assert (hang / "hostA.txt").read_text().startswith("HANG on hostA (rank 0): test\n")
 
 
 # ------------------------------------------------------------------------------------------------ real jobs

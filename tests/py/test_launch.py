@@ -6,16 +6,20 @@ import subprocess
 import sys
 import textwrap
 import time
+import types
+from pathlib import Path
 
 import pytest
 from conftest import PY_DIR, REPO
 
 from jobkit.core import failures, logparse, tgs, verdict
 from jobkit.launch import entry as launch
+from jobkit.launch import tb_redact
 
 # ---- real MaxText runs on CPU (started together: they share the 2 cores) ----
 
 RUN_TIMEOUT_S = 240
+FAKE_HF_TOKEN = "hf_FAKEtbredact0000SECRET42"
 
 
 @pytest.fixture(scope="module")
@@ -27,6 +31,7 @@ def real_runs(tmp_path_factory):
         JAX_PLATFORMS="cpu",
         XLA_FLAGS="--xla_force_host_platform_device_count=1",
         HARDWARE_PEAK_TFLOPS="1",
+        HF_TOKEN=FAKE_HF_TOKEN,  # MaxText copies it into its config as hf_access_token
     )
     env.pop("MAXTEXT_FAST_EXIT", None)
     # the command _train.sh runs
@@ -52,6 +57,7 @@ def real_runs(tmp_path_factory):
         for name, proc in procs.items():
             out, err = proc.communicate(timeout=RUN_TIMEOUT_S)
             results[name] = {"rc": proc.returncode, "out": out, "err": err, "wall": time.monotonic() - started[name]}
+            results[name]["dir"] = tmp / name
     finally:
         for proc in procs.values():
             if proc.poll() is None:
@@ -73,6 +79,16 @@ def test_real_run_injects_mfu_and_exits_zero(real_runs):
         assert m, line
         assert float(m.group(2)) == pytest.approx(float(m.group(1)) * 100, abs=0.006)  # peak 1 TFLOP/s
     assert r["wall"] < 120  # prompt exit: nothing hangs after the last step
+
+
+def test_real_run_keeps_hf_token_out_of_tensorboard(real_runs):
+    r = real_runs["ok"]
+    assert r["rc"] == 0, r["err"][-2000:]
+    events = sorted(r["dir"].rglob("events.out.tfevents.*"))
+    assert events, sorted(str(p) for p in r["dir"].rglob("*"))
+    data = b"".join(p.read_bytes() for p in events)
+    assert b"num_kv_heads/text_summary" in data, "the config still reaches TensorBoard"
+    assert b"hf_access_token" not in data and FAKE_HF_TOKEN.encode() not in data
 
 
 def test_step_lines_go_to_stderr(real_runs):
@@ -232,3 +248,91 @@ def test_absl_handler_is_pointed_at_the_wrapper(monkeypatch):
     wrapper = mfu_stream.MfuStream(original, 1.0)
     launch._point_absl_at(wrapper)
     assert handler.stream is wrapper
+
+
+# ---- S2: secret config keys never reach TensorBoard ------------------------------
+
+
+@pytest.mark.parametrize(
+    "key",
+    ["hf_access_token", "HF_TOKEN", "wandb_api_key", "aws_secret_access_key", "db_password", "client_secret_path"],
+)
+def test_secret_keys(key):
+    assert tb_redact.is_secret_key(key)
+
+
+@pytest.mark.parametrize(
+    "key",
+    ["num_kv_heads", "key_proj", "gdn_key_head_dim", "gdn_num_key_heads", "num_moe_token_chunks", "tokenizer_path"],
+)
+def test_ordinary_keys_are_kept(key):
+    assert not tb_redact.is_secret_key(key)
+
+
+def test_of_maxtext_own_keys_only_hf_access_token_is_secret():
+    import importlib.util
+
+    spec = importlib.util.find_spec("maxtext")
+    if spec is None:
+        pytest.skip("maxtext is not installed")
+    base = Path(spec.origin).parent / "configs" / "base.yml"
+    keys = set(re.findall(r"^([a-z0-9_]+):", base.read_text(), re.M))
+    assert len(keys) > 500 and {"base_num_kv_heads", "tokenizer_path", "key_proj"} <= keys
+    assert sorted(k for k in keys if tb_redact.is_secret_key(k)) == ["hf_access_token"]
+
+
+def test_install_wraps_every_loaded_max_utils_once(monkeypatch):
+    written = []
+    fake = types.ModuleType("fake.max_utils")
+    fake.add_text_to_summary_writer = lambda key, value, writer: written.append((key, value))
+    monkeypatch.setenv("HF_TOKEN", "hf_FAKEvalue0000SECRET")
+    modules = {"fake.max_utils": fake, "fake.other": types.ModuleType("fake.other"), "gone": None}
+    assert tb_redact.install(modules) == 1
+    assert tb_redact.install(modules) == 1  # already wrapped: not wrapped twice
+    fake.add_text_to_summary_writer("hf_access_token", "hf_FAKEvalue0000SECRET", None)
+    fake.add_text_to_summary_writer("other_name", "prefix hf_FAKEvalue0000SECRET", None)
+    fake.add_text_to_summary_writer("num_kv_heads", "4", None)
+    assert written == [("num_kv_heads", "4")]
+
+
+# Runs in a child (it imports JAX and MaxText): MaxText's own config-to-TensorBoard path, into DIR/before
+# without the wrapper and DIR/after with it.
+_TB_CHILD = r"""
+import sys
+from maxtext.common.gcloud_stub import writer
+from maxtext.utils import maxtext_utils
+from jobkit.launch import tb_redact
+
+config = {"hf_access_token": sys.argv[2], "num_kv_heads": 4}
+for name in ("before", "after"):
+    if name == "after":
+        assert tb_redact.install() >= 1
+    w = writer.SummaryWriter(f"{sys.argv[1]}/{name}")
+    maxtext_utils.add_config_to_summary_writer(config, w)
+    w.close()
+"""
+
+
+def test_maxtext_config_summary_lacks_hf_access_token(tmp_path):
+    pytest.importorskip("maxtext")
+    secret = "hf_FAKEunit0000SECRET43"
+    env = dict(os.environ, JAX_PLATFORMS="cpu", TF_CPP_MIN_LOG_LEVEL="2")
+    proc = subprocess.run(
+        [sys.executable, "-c", _TB_CHILD, str(tmp_path), secret],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+    def event_bytes(name):
+        files = sorted((tmp_path / name).glob("events.out.tfevents.*"))
+        assert files, name
+        return b"".join(f.read_bytes() for f in files)
+
+    before, after = event_bytes("before"), event_bytes("after")
+    assert secret.encode() in before, "control: MaxText alone writes the token"
+    assert secret.encode() not in after and b"hf_access_token" not in after
+    assert b"num_kv_heads/text_summary" in after

@@ -155,6 +155,7 @@ def test_listing_the_commands_imports_none_of_them():
         "jobkit.sweep.jobs",
         "jobkit.core.paths",
         "jobkit.core.procfs",
+        "jobkit.core.files",  # sweep.state reads and writes its plan through it (standard library only)
     }, out
     assert "matplotlib" not in out and "numpy" not in out
 

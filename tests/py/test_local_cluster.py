@@ -87,7 +87,7 @@ def test_bad_node_count_is_refused():
 @needs_root
 def test_up_needs_root():
     # An unprivileged user may not be able to reach the checkout (CI clones into a 0700 dir), so it runs a
-    # world-readable copy of the script and the one library it sources.
+    # world-readable copy of the script and the libraries it sources.
     scratch = Path(tempfile.mkdtemp(prefix="lc-nonroot-", dir="/tmp"))
     try:
         (scratch / "lib").mkdir(parents=True)
@@ -95,7 +95,8 @@ def test_up_needs_root():
             path.chmod(0o755)
         copy = scratch / "local_cluster.sh"
         shutil.copy2(SCRIPT, copy)
-        shutil.copy2(SCRIPT.parent / "lib" / "process.sh", scratch / "lib" / "process.sh")
+        for lib in ("process.sh", "workspace.sh"):  # the libraries it sources
+            shutil.copy2(SCRIPT.parent / "lib" / lib, scratch / "lib" / lib)
         copy.chmod(0o755)
         result = subprocess.run(
             ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", str(copy), "up"],

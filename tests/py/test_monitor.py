@@ -135,8 +135,10 @@ def test_hang_marker_and_a_stall_the_watchdog_did_not_report(env):
     write_log(ws, "500", steps=range(8))
     hang = ws / "500-tiny" / "hang"
     hang.mkdir(parents=True)
-    (hang / "HANG").write_text("phase training, last step 7, 312 s since, noticed on node1 (rank 0)\n")
+    (hang / "HANG").write_text("phase training, last step 7, 312 s since, noticed on node1 (rank 0)\njob=500\n")
     write_log(ws, "501", steps=range(8))
+    (ws / "501-tiny" / "hang").mkdir(parents=True)  # a teammate's marker for 501 (an older job's, moved): ignored
+    (ws / "501-tiny" / "hang" / "HANG").write_text("planted\njob=400\n")
     first = poll("--stall", "1", "500", "501")
     assert (
         "500",
@@ -207,7 +209,7 @@ def test_failures_are_notified_and_a_bad_target_is_reported_once_per_poll(env, m
         assert first.exit_code == 0
         assert hook.posts == []  # RUNNING and a first step are not failures
         (ws / "500-tiny" / "hang").mkdir(parents=True)
-        (ws / "500-tiny" / "hang" / "HANG").write_text("phase training, last step 2, 9 s since\n")
+        (ws / "500-tiny" / "hang" / "HANG").write_text("phase training, last step 2, 9 s since\njob=500\n")
         second = CliRunner().invoke(main, ["monitor", "--once", "500"])
         posts = hook.wait(1)
     assert second.exit_code == 0, second.output
@@ -216,6 +218,7 @@ def test_failures_are_notified_and_a_bad_target_is_reported_once_per_poll(env, m
     assert posts[0]["type"] == "failure"
     failed = [line for line in second.output.splitlines() if "notification failed" in line]
     assert len(failed) == 1 and "Connection error" in failed[0]
+    assert "json:// #2: not delivered" in failed[0] and "127.0.0.1" not in failed[0]  # scheme and position only
 
 
 def test_level_all_sends_progress_too(env, monkeypatch):
@@ -269,10 +272,34 @@ def test_bad_input_is_one_line(env, args, setup, message):
         assert (ws / ".monitor" / "state.json").read_text() == "{not json"  # the user's file is left as it was
 
 
+def test_state_is_never_written_through_a_planted_link(env, tmp_path):
+    ws, slurm = env
+    slurm.set("700|RUNNING\n")
+    victim = tmp_path / "victim.txt"
+    victim.write_text("mine\n")
+    state = ws / ".monitor" / "state.json"
+    state.parent.mkdir()
+    state.with_name("state.json.tmp").symlink_to(victim)  # the old fixed temp name, planted by a teammate
+    poll("700")
+    assert victim.read_text() == "mine\n"
+    assert "700" in json.loads(state.read_text())["jobs"]
+    state.with_name("state.log").symlink_to(victim)
+    result = CliRunner().invoke(main, ["monitor", "--daemon", "--no-notify", "700"])
+    assert result.exit_code == 2 and victim.read_text() == "mine\n"
+    assert result.output.strip() == (
+        f"jobkit monitor: cannot append to {state.with_name('state.log')} (Too many levels of symbolic links); "
+        "remove it if it is a link"
+    )
+
+
 def test_daemon_runs_in_the_background_refuses_a_second_and_stops(env, tmp_path):
     ws, slurm = env
     slurm.set("700|RUNNING\n")
     state = tmp_path / "m" / "state.json"
+    victim = tmp_path / "victim.txt"
+    victim.write_text("mine\n")
+    state.parent.mkdir()
+    state.with_name("state.pid").symlink_to(victim)  # planted: replaced by the daemon's pid file, not followed
     jobkit = [sys.executable, "-m", "jobkit"]
     run_env = dict(os.environ)
     start = subprocess.run([*jobkit, "monitor", "--daemon", "--no-notify", "--interval", "0.2", "--state", str(state), "700"],
@@ -288,6 +315,7 @@ def test_daemon_runs_in_the_background_refuses_a_second_and_stops(env, tmp_path)
     try:
         assert "job 700 state: RUNNING" in log_file.read_text()
         assert pid_file.read_text().split()[2] == str(state.resolve()) and pid_file.stat().st_mode & 0o077 == 0
+        assert victim.read_text() == "mine\n" and not pid_file.is_symlink()
         # A pid file planted for another state file (a teammate's write in a shared workspace) names this
         # running monitor: --stop of that state file must not signal it.
         planted = tmp_path / "team" / ".monitor" / "state.json"

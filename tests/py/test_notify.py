@@ -105,7 +105,31 @@ def test_secrets_in_urls_never_reach_the_messages(clean_env):
     result = run("hi", "--url", "json://user:s3cret@127.0.0.1:9/token123")
     assert result.exit_code == 1
     assert "s3cret" not in result.output and "token123" not in result.output
-    assert "json://127.0.0.1:9/..." in result.output
+    assert "json:// #1: not delivered" in result.output
+    assert "127.0.0.1" not in result.output  # the host is no business of the message either
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "tgram://123456789:FAKEtgbot0000SECRET5/4242",
+        "pbul://FAKEpushbullet0000SECRET24/",
+        "join://FAKEjoinapikey0000SECRET25/group.all",
+        "slack://T1FAKE0000SECRET26/B1FAKE/XXFAKE/#ops",
+        "json://user:pw@127.0.0.1:9/FAKEpath0000SECRET",
+    ],
+)
+def test_redact_names_the_scheme_and_position_only(url):
+    # For tgram, pbul, join and slack the host is the token (audit row S6: the old redact kept the host).
+    assert notify.redact(url, 2) == f"{url.split('://')[0]}:// #2"
+    assert notify.redact("not a url", 1) == "<not a URL> #1"
+
+
+def test_apprises_reason_loses_every_part_of_the_url():
+    url = "tgram://123456789:FAKEtgbot0000SECRET5/4242"
+    said = "Failed to send Telegram notification to 123456789:FAKEtgbot0000SECRET5: error 401"
+    assert "0000SECRET" not in notify.scrub(said, url)
+    assert notify.scrub(said, url).endswith("error 401")
 
 
 def test_default_timeouts_are_added_only_where_missing():

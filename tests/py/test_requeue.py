@@ -2,6 +2,7 @@
 attempts on the local Slurm cluster (a time limit, a hang)."""
 
 import json
+import os
 import re
 import subprocess
 from pathlib import Path
@@ -11,7 +12,7 @@ from click.testing import CliRunner
 
 from jobkit.cli import main
 from jobkit.core import logparse
-from jobkit.ops import requeue
+from jobkit.ops import hang_watchdog, requeue
 
 HEADER = "JOB_ID=500\nJOB_NAME=tiny\nNNODES=2\nJOB_NODELIST=node[1-2]\nMODEL_NAME=tiny\n"
 STEP = "0: I1124 07:31:08.338372 1 metric_logger.py:265] completed step: {n}, seconds: 0.1, Tokens/s/device: 1000.0, loss: 5.9\n"
@@ -22,8 +23,22 @@ def job_log(body: str, status: str, rc: int, header: str = HEADER, steps: int = 
     return text + f"==== JOB SUMMARY ====\n  Status: {status} (exit {rc})\n=====================\n"
 
 
-def decide(text: str, **env):
-    return requeue.decide(logparse.parse_text(text), text, {"MAX_RETRIES": "2", **env})
+def watched(job_dir: Path, job_id: str = "500") -> Path:
+    """JOB_DIR with what the job's own watchdog and batch script leave after a hang and a time-limit warning:
+    a log line alone is not believed (a teammate may have appended it)."""
+    (job_dir / "hang").mkdir(parents=True)
+    (job_dir / "hang" / "HANG").write_text(hang_watchdog.marker_body("phase training, last step 41", job_id))
+    hang_watchdog.request_time_limit_stop(job_dir, job_id)
+    return job_dir
+
+
+@pytest.fixture
+def job_dir(tmp_path):
+    return watched(tmp_path / "500-tiny")
+
+
+def decide(text: str, job_dir: Path, **env):
+    return requeue.decide(logparse.parse_text(text), text, {"MAX_RETRIES": "2", **env}, job_dir)
 
 
 @pytest.mark.parametrize(
@@ -51,8 +66,8 @@ def decide(text: str, **env):
         ("1: jax.errors.JaxRuntimeError: DEADLINE_EXCEEDED: Barrier timed out\n", "FAILED", 1, "distributed-timeout"),
     ],
 )
-def test_retryable_outcomes_are_retried(body, status, rc, why):
-    decision = decide(job_log(body, status, rc))
+def test_retryable_outcomes_are_retried(body, status, rc, why, job_dir):
+    decision = decide(job_log(body, status, rc), job_dir)
     assert decision.retry, decision
     assert decision.why.startswith(why)
     assert decision.exclude == []
@@ -74,42 +89,84 @@ def test_retryable_outcomes_are_retried(body, status, rc, why):
         ("0: Traceback (most recent call last):\n0: KeyError: 'x'\n", "FAILED", 1, "python-exception"),
     ],
 )
-def test_other_outcomes_are_not_retried(body, status, rc, why):
-    decision = decide(job_log(body, status, rc))
+def test_other_outcomes_are_not_retried(body, status, rc, why, job_dir):
+    decision = decide(job_log(body, status, rc), job_dir)
     assert not decision.retry
     assert decision.why.startswith(why), decision.why
 
 
-def test_node_failure_excludes_the_node_slurm_names_and_keeps_earlier_exclusions():
+def test_node_failure_excludes_the_node_slurm_names_and_keeps_earlier_exclusions(job_dir):
     body = "srun: error: Node failure on node2\nslurmstepd: error: *** JOB 500 ON node1 CANCELLED AT 2026-11-24T07:29:24 DUE TO NODE FAILURE, SEE SLURMCTLD LOG FOR DETAILS ***\n"
-    decision = decide(job_log(body, "CANCELLED", 143), REQUEUE_EXCLUDE="node7")
+    decision = decide(job_log(body, "CANCELLED", 143), job_dir, REQUEUE_EXCLUDE="node7")
     assert decision.retry
     assert decision.exclude == ["node7", "node2"]
 
 
-def test_gpu_fault_on_a_rank_excludes_that_ranks_host():
+def test_gpu_fault_on_a_rank_excludes_that_ranks_host(job_dir):
     body = "1: :0:rocdevice.cpp            :3020: 1234567 us: Callback: Queue 0x7f aborting with error : HSA_STATUS_ERROR_MEMORY_APERTURE_VIOLATION\n"
-    decision = decide(job_log(body, "FAILED", 134))
+    decision = decide(job_log(body, "FAILED", 134), job_dir)
     assert decision.retry and decision.exclude == ["node2"]
 
 
-def test_a_hang_blames_nobody():
-    decision = decide(job_log("1: == HANG detected (phase training, last step 4, 9 s since) ==\n", "HANG", 143))
+def test_a_hang_blames_nobody(job_dir):
+    decision = decide(
+        job_log("1: == HANG detected (phase training, last step 4, 9 s since) ==\n", "HANG", 143), job_dir
+    )
     assert decision.retry and decision.exclude == []
 
 
-def test_retries_are_counted_by_attempt():
+def test_retries_are_counted_by_attempt(job_dir):
     text = job_log("0: == HANG detected (phase training, last step 4, 9 s since) ==\n", "HANG", 143)
-    assert decide(text, ATTEMPT="2").retry
-    last = decide(text, ATTEMPT="3")
+    assert decide(text, job_dir, ATTEMPT="2").retry
+    last = decide(text, job_dir, ATTEMPT="3")
     assert not last.retry
     assert "retries used up (2 allowed, this was attempt 3)" in last.why
-    assert not decide(text, MAX_RETRIES="0").retry
+    assert not decide(text, job_dir, MAX_RETRIES="0").retry
 
 
-def test_a_log_without_summary_is_never_requeued():
+HANG_LINE = "0: == HANG detected (phase training, last step 4, 9 s since) ==\n"
+TIME_LIMIT = "== TIME LIMIT near (Slurm's warning, 300s ahead): ... ==\nTraining stopped: Job received termination signal (SIGTERM).\n"
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="planting a teammate's file needs root (chown)")
+@pytest.mark.parametrize(
+    ("body", "status", "rc", "plant", "why"),
+    [
+        (HANG_LINE, "HANG", 143, None, "the log says HANG, but this job's watchdog left no marker in {job_dir}"),
+        (
+            HANG_LINE,
+            "HANG",
+            143,
+            "hang/HANG",
+            "the log says HANG, but ignored {job_dir}/hang belongs to uid 65534, not to this user (uid 0) (not retried)",
+        ),
+        (
+            TIME_LIMIT,
+            "STOPPED",
+            0,
+            "time-limit-stop",
+            "the log says TIME LIMIT, but ignored {job_dir}/time-limit-stop belongs to uid 65534",
+        ),
+    ],
+)
+def test_a_hang_or_time_limit_a_teammate_wrote_into_the_log_is_not_retried(tmp_path, body, status, rc, plant, why):
+    job_dir = tmp_path / "team" / "500-tiny"  # a team workspace: anyone may write the log and the job dir
+    job_dir.mkdir(parents=True)
+    for d in (job_dir.parent, job_dir):
+        d.chmod(0o777)
+    if plant:  # what the teammate wrote, in the right form for this job: only its owner gives it away
+        (job_dir / plant).parent.mkdir(exist_ok=True)
+        (job_dir / plant).write_text(hang_watchdog.marker_body("planted by mallory", "500"))
+        for path in {job_dir / plant, (job_dir / plant).parent} - {job_dir}:
+            os.lchown(path, 65534, 65534)
+    decision = decide(job_log(body, status, rc), job_dir)
+    assert not decision.retry
+    assert why.format(job_dir=job_dir) in decision.why
+
+
+def test_a_log_without_summary_is_never_requeued(job_dir):
     text = HEADER + STEP.format(n=1)
-    decision = requeue.decide(logparse.parse_text(text), text, {"MAX_RETRIES": "3"})
+    decision = requeue.decide(logparse.parse_text(text), text, {"MAX_RETRIES": "3"}, job_dir)
     assert not decision.retry and "no JOB SUMMARY" in decision.why
 
 
@@ -167,8 +224,13 @@ def test_requeue_submits_the_same_arguments_from_the_snapshot_once(tmp_path):
         "SUBMIT_ARGV": "tiny:a: -N 2 --exclude=node9 -- steps=50 'run_name=a b'",
         "PATH": "/usr/bin:/bin",
     }
+    victim = tmp_path / "victim.txt"
+    victim.write_text("mine\n")
+    (ws / "500-tiny").mkdir()
+    (ws / "500-tiny" / "requeue.tmp").symlink_to(victim)  # the old fixed temp name, planted by a teammate
     decision, job_id = requeue.requeue(log, env)
     assert job_id == "501"
+    assert victim.read_text() == "mine\n"
     argv = (tmp_path / "argv").read_text().splitlines()
     assert argv == ["tiny:a:", "-N", "2", "--exclude=node9,node2", "--", "steps=50", "run_name=a b"]
     child = dict(line.split("=", 1) for line in (tmp_path / "env").read_text().splitlines() if "=" in line)
@@ -186,7 +248,56 @@ def test_requeue_submits_the_same_arguments_from_the_snapshot_once(tmp_path):
     assert not (tmp_path / "argv").exists()
 
 
-def test_a_failed_submission_is_one_line_and_recorded(tmp_path):
+def test_submit_argv_reads_back_exactly_what_submit_sh_was_given(tmp_path):
+    """submit.sh saves its arguments for a requeue; a space, quotes, a tab and non-ASCII come back unchanged
+    (the `printf %q` form it wrote before turned a tab into $'..', which shlex read back as other words)."""
+    stubs = tmp_path / "stubs"
+    stubs.mkdir()
+    for name, body in {
+        "sbatch": f'printf %s "$SUBMIT_ARGV" >{tmp_path}/submit_argv\necho 7',
+        "squeue": "echo RUNNING",
+        "scontrol": "exit 0",
+    }.items():
+        (stubs / name).write_text(f"#!/usr/bin/env bash\n{body}\n")
+        (stubs / name).chmod(0o755)
+    argv = [
+        "tiny:rt",
+        "-N",
+        "1",
+        '--comment=a\tb "q" it\'s ü',
+        "--",
+        "run_name=x y",
+        'dataset_path=/d/it\'s "ü"',
+        "s=\\n",
+    ]
+    env = {
+        **os.environ,
+        "PATH": f"{stubs}:{os.environ['PATH']}",
+        "JOB_WORKSPACE": str(tmp_path / "ws"),
+        "CONTAINER_RUNTIME": "none",
+        "EARLY_DEATH_CHECK_SECONDS": "0",
+    }
+    run = subprocess.run([str(REPO / "submit.sh"), *argv], env=env, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    saved = (tmp_path / "submit_argv").read_text()
+    assert requeue.read_submit_argv(saved) == argv
+    assert requeue.split_submit_argv(requeue.read_submit_argv(saved))[2] == argv[5:]
+
+
+def test_submit_argv_of_jobs_submitted_before_json_is_still_read():
+    assert requeue.read_submit_argv("tiny:a: -N 2 -- 'run_name=a b' x\\ y") == [
+        "tiny:a:",
+        "-N",
+        "2",
+        "--",
+        "run_name=a b",
+        "x y",
+    ]
+    with pytest.raises(ValueError):
+        requeue.read_submit_argv('["tiny", 2]')
+
+
+def test_a_failed_submission_is_one_line_and_recorded(tmp_path, job_dir):
     log = tmp_path / "500-tiny.log"
     log.write_text(job_log("0: == HANG detected (phase training, last step 4, 9 s since) ==\n", "HANG", 143))
     snap = fake_snapshot(tmp_path, "submit.sh: sbatch refused the job: bad partition\\n", rc=1)
@@ -200,12 +311,12 @@ def test_a_failed_submission_is_one_line_and_recorded(tmp_path):
     assert "bad partition" in json.loads((tmp_path / "500-tiny" / "requeue.json").read_text())["error"]
 
 
-def test_dry_run_and_not_retried_exit_codes(tmp_path):
+def test_dry_run_and_not_retried_exit_codes(tmp_path, job_dir):
     log = tmp_path / "500-tiny.log"
     log.write_text(job_log("0: == HANG detected (phase training, last step 4, 9 s since) ==\n", "HANG", 143))
     dry = CliRunner().invoke(main, ["requeue", "--dry-run", str(log)], env={"MAX_RETRIES": "1"})
     assert dry.exit_code == 0 and dry.output.strip() == "== would requeue: hang: training =="
-    assert not (tmp_path / "500-tiny").exists()
+    assert not (tmp_path / "500-tiny" / "requeue.json").exists()
     off = CliRunner().invoke(main, ["requeue", str(log)], env={"MAX_RETRIES": "0"})
     assert off.exit_code == 3
     assert "retries used up (0 allowed, this was attempt 1)" in off.output
@@ -213,7 +324,6 @@ def test_dry_run_and_not_retried_exit_codes(tmp_path):
 
 # --------------------------------------------------------------------------------- real jobs on the cluster
 # (imports here, after the unit tests, keep the units runnable without the cluster helpers' set-up cost)
-import os  # noqa: E402
 import signal  # noqa: E402
 import time  # noqa: E402
 

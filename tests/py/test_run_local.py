@@ -102,15 +102,23 @@ def test_tiny_trains_with_header_summary_events_and_tgs_line(workspace, jax_cach
 
 
 def test_steps_and_env_override_reach_training(workspace, jax_cache):
-    result = run_local(workspace, jax_cache, "tiny", "--", "steps=7", "_env_FOO=bar")
+    secret = "_env_WANDB_API_KEY=FAKEpassthru0000SECRET"
+    result = run_local(
+        workspace, jax_cache, "tiny", "--", "steps=7", "_env_FOO=bar", "_env_TUNE_PROFILE=baseline", secret
+    )
     assert result.returncode == 0, result.stdout[-3000:]
     log, job_dir = only_job(workspace)
     text = log.read_text()
     assert sorted(steps(text)) == list(range(7))
-    assert header(text)["EXP_TAG"] == "steps_7-_env_FOO_bar"
-    assert log.name.endswith("-JAX-tiny-steps_7-_env_FOO_bar.log")
+    # The tag (job name, log and job dir names) keeps _env_ values of training's own knobs only (issue 21, S1).
+    assert header(text)["EXP_TAG"] == "steps_7-_env_FOO-_env_TUNE_PROFILE_baseline-_env_WANDB_API_KEY"
+    assert log.name.endswith("-JAX-tiny-steps_7-_env_FOO-_env_TUNE_PROFILE_baseline-_env_WANDB_API_KEY.log")
+    assert (
+        header(text)["PASSTHROUGH_ARGS"] == '"steps=7 _env_FOO=bar _env_TUNE_PROFILE=baseline _env_WANDB_API_KEY=***"'
+    )
+    assert "0000SECRET" not in text and "0000SECRET" not in result.stdout
     env_lines = (job_dir / "environment.node0.txt").read_text().splitlines()
-    assert "FOO=bar" in env_lines
+    assert "FOO=bar" in env_lines and "WANDB_API_KEY=***" in env_lines
     assert "JAX_PLATFORMS=cpu" in env_lines
 
 

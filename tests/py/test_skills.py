@@ -45,10 +45,11 @@ SKILLS = REPO / "skills"
 AGENTS = REPO / "AGENTS.md"
 SHELL_LANGS = {"bash", "sh", "shell"}
 
-# sbatch options a skill may hand to submit.sh before ` -- ` (all documented by sbatch(1)).
+# sbatch options a skill may hand to submit.sh before ` -- ` (all documented by sbatch(1)); not the ones
+# submit.sh sets itself and refuses (-J, --output, --error, --chdir, --export).
 SBATCH_OPTIONS = {
     "-N", "--nodes", "-w", "--nodelist", "-x", "--exclude", "-p", "--partition", "-t", "--time",
-    "--reservation", "-A", "--account", "-q", "--qos", "-J", "--job-name", "-d", "--dependency",
+    "--reservation", "-A", "--account", "-q", "--qos", "-d", "--dependency",
     "--exclusive", "--mem", "--gres", "--gpus-per-node",
 }  # fmt: skip
 JOBKIT_NAMES = {"jobkit", ".venv/bin/jobkit", "py/bin/jobkit"}

@@ -91,9 +91,41 @@ def test_one_node_job_runs_every_stage_and_succeeds(slurm_env):
     job_dir = Path(slurm_env["JOB_WORKSPACE"]) / log.name.removesuffix(".log")
     assert (job_dir / "log").resolve() == log.resolve()
     artifact = (job_dir / "artifact").resolve()
-    assert artifact.parent.name == ".artifacts"
+    assert artifact.parent.parent.name == ".artifacts" and artifact.parent.stat().st_mode & 0o777 == 0o700
     assert "submit.sh tiny -N 1 -- steps=15" in (artifact / "submit_cmd.txt").read_text()
     assert "== COMMIT ==" in (artifact / "git_summary.txt").read_text()
+
+
+def test_credentials_stay_out_of_squeue_and_the_log_and_pass_env_delivers_them(slurm_env):
+    """Issue 21, S1/S4: the job name every user sees in squeue carries no _env_ value; a PASS_ENV variable
+    reaches training (recorded as ***) with its value on no command line, even under _DEBUG."""
+    env_secret, arg_secret = "FAKEenvhf0000SECRET1", "FAKEpassthru0000SECRET32"
+    result = submit(
+        slurm_env,
+        "tiny:sec",
+        "-N",
+        "1",
+        "--",
+        "steps=3",
+        f"_env_WANDB_API_KEY={arg_secret}",
+        extra_env={"HF_TOKEN": env_secret, "PASS_ENV": "HF_TOKEN", "_DEBUG": "1"},
+    )
+    assert result.returncode == 0, result.stderr
+    job_id = job_id_of(result)
+    names = subprocess.run(
+        ["squeue", "-h", "-t", "all", "-j", job_id, "-o", "%j"], env=slurm_env, capture_output=True, text=True
+    ).stdout.strip()
+    assert names == "JAX-tiny-sec-steps_3-_env_WANDB_API_KEY"
+    log = log_of(result)
+    state, text = wait_for_end(slurm_env, job_id, log)
+    # Not "Status: SUCCESS": under _DEBUG the summary's own traced grep for "Training stopped: " finds itself.
+    assert re.search(r"^== Training END \(\d+s\) ==$", text, re.M), text[-3000:]
+    assert env_secret not in text  # the _DEBUG trace of the batch script and of training
+    assert header(text)["PASSTHROUGH_ARGS"] == '"steps=3 _env_WANDB_API_KEY=***"'
+    assert "[_train] PASS_ENV: HF_TOKEN (from the submitting environment; values not shown)" in text
+    record = (log.with_suffix("") / "environment.node0.txt").read_text().splitlines()
+    assert "HF_TOKEN=***" in record and "PASS_ENV=HF_TOKEN" in record
+    assert not list(Path(slurm_env["JOB_WORKSPACE"]).glob("*0000SECRET*"))
 
 
 def test_two_nodes_train_one_jax_job_with_agreeing_losses(slurm_env):
@@ -176,6 +208,35 @@ def test_sbatch_rejecting_an_argument_shows_its_message_and_leaves_nothing(slurm
     workspace = Path(slurm_env["JOB_WORKSPACE"])
     assert not (workspace / ".artifacts").exists() or not any((workspace / ".artifacts").iterdir())
     assert not list(workspace.glob("*-JAX-*"))
+
+
+def test_a_snapshot_swapped_while_queued_is_refused_before_any_of_it_runs(slurm_env, tmp_path):
+    # Audit row F2: a teammate renames a queued job's snapshot and puts a copy with a payload in its place.
+    result = submit(
+        slurm_env, "tiny", "-N", "1", "--hold", "--", "steps=3", extra_env={"EARLY_DEATH_CHECK_SECONDS": "0"}
+    )
+    assert result.returncode == 0, result.stderr
+    job_id, log = job_id_of(result), log_of(result)
+    job_dir = Path(slurm_env["JOB_WORKSPACE"]) / log.name.removesuffix(".log")
+    snap = (job_dir / "artifact").resolve()
+    canary = tmp_path / "payload-ran"
+    snap.rename(snap.with_name(snap.name + ".orig"))
+    shutil.copytree(snap.with_name(snap.name + ".orig"), snap, symlinks=True)
+    lib = snap / "utils" / "lib" / "job_log.sh"
+    lib.chmod(0o600)
+    lib.write_text(lib.read_text() + f"\ntouch {canary}\n")
+    subprocess.run(["scontrol", "release", job_id], env=slurm_env, check=True, timeout=30)
+    deadline = time.monotonic() + 120
+    while job_state(slurm_env, job_id) not in TERMINAL | {"GONE"} and time.monotonic() < deadline:
+        time.sleep(1)
+    text = log.read_text()
+    assert re.fullmatch(
+        rf"_job.sbatch: refusing to run: the code snapshot {re.escape(str(snap))} changed after submit "
+        r"\(sha256 [0-9a-f]{64}, submitted [0-9a-f]{64}\); resubmit with submit.sh\n",
+        text,
+    ), text
+    assert job_state(slurm_env, job_id) in {"FAILED", "GONE"}
+    assert not canary.exists()
 
 
 def run_ray_job(env, nodes, steps):

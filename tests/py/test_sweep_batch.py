@@ -3,6 +3,7 @@ against recorded real job logs (tiny-pass.log rescaled to a scripted TGS; tiny-o
 RESOURCE_EXHAUSTED of tiny under `prlimit --as`), no Slurm."""
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -10,7 +11,7 @@ import pytest
 from sweep_fakes import failing, hanging, invoke, oom, passing
 
 from jobkit.launch import gpu
-from jobkit.sweep import batch, config_edit, memory
+from jobkit.sweep import batch, common, config_edit, memory
 
 REPO = Path(__file__).resolve().parents[2]
 PARAM = "per_device_batch_size"
@@ -315,6 +316,22 @@ def test_with_key_keeps_the_comment_column_and_adds_missing_keys_near_their_kin(
         (["tiny", "--local", "-N", "2", "--start", "4"], "--local runs one node"),
         (["tiny", "-w", "n1", "--param", "_env_XLA_PYTHON_CLIENT_MEM_FRACTION", "--apply"], "environment setting"),
         (["tiny", "-w", "n1", "--device-memory", "0.00001"], "no memory for activations"),
+        (
+            ["tiny", "-w", "n1", "--start", "4", "--sbatch-arg=--output=/home/a/victim"],
+            "sbatch argument '--output=/home/a/victim' is not one a sweep passes on; use only -N/--nodes,",
+        ),
+        (["tiny", "-w", "n1", "--start", "4", "--sbatch-arg=--export=ALL,LD_PRELOAD=/x.so"], "'--export=ALL,"),
+        (["tiny", "-w", "n1", "--start", "4", "--sbatch-arg=-Jname"], "'-Jname' is not one"),
+        (["tiny", "-w", "n1", "--start", "4", "--sbatch-arg=--out=/x"], "'--out=/x' is not one"),  # a getopt prefix
+        # A stray word after a flag would be sbatch's batch script: run as the owner.
+        (
+            ["tiny", "-w", "n1", "--start", "4", "--sbatch-arg=--exclusive", "--sbatch-arg=/tmp/evil.sh"],
+            "'/tmp/evil.sh'",
+        ),
+        (
+            ["tiny", "-w", "n1", "--start", "4", "--sbatch-arg=-p", "--sbatch-arg=--"],
+            "'-p' needs a value (as --partition=VALUE)",
+        ),
     ],
 )
 def test_bad_input_is_one_line_and_leaves_nothing(monkeypatch, tmp_path, args, needle):
@@ -348,6 +365,56 @@ def test_resume_replays_the_probes_and_reruns_nothing_finished(monkeypatch, tmp_
     plan = json.loads((sweep_dir(tmp_path, "b1") / "plan.json").read_text())
     assert plan["state"] == "finished" and plan["driver"] == "batch"
     assert "← optimal" in (sweep_dir(tmp_path, "b1") / "summary.md").read_text()
+
+
+def test_allowed_sbatch_arguments_in_every_form_sbatch_reads():
+    common.check_sbatch_args(["-p", "gpu", "--time=30:00", "-t", "1:00", "-wnode1", "--exclusive", "--qos", "high"])
+    common.check_sbatch_args(["--gres=gpu:8", "--exclusive=user", "-N2", "--mem=0", "-A", "proj", "-x", "n3"])
+
+
+def interrupted_sweep(monkeypatch, tmp_path, sweep_id="b1"):
+    """A sweep whose point 20 could not run: resumable."""
+    fine = curve(unimodal, oom_from=24)
+
+    def refuse_20(point, nodes, attempt):
+        if value_of(point) == "20":
+            return RuntimeError("run_local.sh: another job is using this machine")
+        return fine(point, nodes, attempt)
+
+    args = ["batch", "--id", sweep_id, "--local", "tiny", "--device-memory", "0.005"]
+    result, _ = invoke(monkeypatch, tmp_path, args, refuse_20)
+    assert result.exit_code == 3, result.output
+    return sweep_dir(tmp_path, sweep_id) / "plan.json", fine
+
+
+def test_resume_refuses_a_plan_with_sbatch_options_it_may_not_replay(monkeypatch, tmp_path):
+    plan_file, fine = interrupted_sweep(monkeypatch, tmp_path)
+    plan = json.loads(plan_file.read_text())
+    plan["params"]["sbatch_args"] = ["--output=/home/alice/victim_sweep.txt"]
+    plan_file.write_text(json.dumps(plan))
+    result, runner = invoke(monkeypatch, tmp_path, ["resume", "b1"], fine)
+    assert result.exit_code == 1 and runner.submitted == []
+    assert result.output.startswith("jobkit sweep: sbatch argument '--output=/home/alice/victim_sweep.txt' is not one")
+    assert len(result.output.strip().splitlines()) == 1
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="planting a teammate's file needs root (chown)")
+@pytest.mark.parametrize(
+    ("change", "why"),
+    [
+        (lambda f: os.chown(f, 65534, 65534), "belongs to uid 65534, not to this user (uid 0)"),
+        (lambda f: f.chmod(0o664), "is writable by group or others (mode 664)"),
+    ],
+)
+def test_resume_refuses_a_plan_others_can_write(monkeypatch, tmp_path, change, why):
+    plan_file, fine = interrupted_sweep(monkeypatch, tmp_path)
+    change(plan_file)
+    result, runner = invoke(monkeypatch, tmp_path, ["resume", "b1"], fine)
+    assert result.exit_code == 1 and runner.submitted == []
+    assert result.output.strip() == (
+        f"jobkit sweep: sweep b1: not replaying {plan_file} {why}; a plan others can change decides what resume"
+        " submits: start the sweep again under a new --id"
+    )
 
 
 def test_apply_refuses_when_the_config_changed_during_the_sweep(monkeypatch, tmp_path, configs):

@@ -15,7 +15,7 @@ profiles:
   good:
     description: faster
     xla_flags: [--xla_good=true, --xla_good_too=1]
-    env: {GOOD_KNOB: 8}
+    env: {NCCL_GOOD_KNOB: 8}
   neutral:
     xla_flags: [--xla_neutral=1]
   bad:
@@ -104,17 +104,17 @@ def test_every_job_is_synthetic_pinned_and_profiles_reach_it_as_a_file(monkeypat
     assert by_key["good#1"].args == (*common_args, "_env_TUNE_PROFILE_FILE=sweeps/x1/profiles/good.profile")
     files = sweep_dir(tmp_path, "x1") / "profiles"
     lines = [ln for ln in (files / "good.profile").read_text().splitlines() if not ln.startswith("#")]
-    assert lines == ["--xla_good=true", "--xla_good_too=1", "GOOD_KNOB=8"]
+    assert lines == ["--xla_good=true", "--xla_good_too=1", "NCCL_GOOD_KNOB=8"]
     assert "# faster" in (files / "good.profile").read_text()
     assert sorted(p.name for p in files.iterdir()) == ["bad.profile", "good.profile", "neutral.profile"]
 
 
 def test_profile_files_pass_train_env_sh(monkeypatch, tmp_path):
     """What the driver writes is what the shell reader accepts: the same flag and name rules."""
-    text = CATALOG + "  knobs:\n    env: {A_B: 'x y', SWITCH: true, N: 0.5}\n"
+    text = CATALOG + "  knobs:\n    env: {NCCL_A_B: 'x y', NCCL_SWITCH: true, NCCL_N: 0.5}\n"
     profiles = xla_catalog.load_catalog(write(tmp_path, text))
     knobs = next(p for p in profiles if p.name == "knobs")
-    assert knobs.lines() == ["A_B=x y", "SWITCH=true", "N=0.5"]
+    assert knobs.lines() == ["NCCL_A_B=x y", "NCCL_SWITCH=true", "NCCL_N=0.5"]
     for line in (ln for p in profiles for ln in p.lines()):
         assert re.fullmatch(r"--[A-Za-z0-9_]+(=\S*)?|[A-Za-z_][A-Za-z0-9_]*=.*", line)
 
@@ -284,7 +284,7 @@ def test_the_report_has_inventory_recipe_and_jobs(monkeypatch, tmp_path):
     # the recorded log's own line: [_train] XLA_FLAGS=--xla_force_host_platform_device_count=1
     assert "Deployed XLA_FLAGS (baseline-deployed's log): `--xla_force_host_platform_device_count=1`" in report
     recipe = report.split("## Deployment recipe")[1].split("## Negative findings")[0]
-    assert "append_xla_flags --xla_good=true --xla_good_too=1" in recipe and "export GOOD_KNOB=8" in recipe
+    assert "append_xla_flags --xla_good=true --xla_good_too=1" in recipe and "export NCCL_GOOD_KNOB=8" in recipe
     assert "_env_TUNE_PROFILE_FILE=sweeps/r/profiles/good.profile" in recipe
     assert "within noise" in report.split("## Effect of the deployed settings")[1].split("##")[0]
     assert report.count("| baseline-deployed#") == 2 and report.count("| good#") == 2
@@ -335,7 +335,8 @@ def test_a_broken_catalog_is_one_line_and_leaves_nothing(monkeypatch, tmp_path):
         ("profiles:\n  a:\n    env: {1BAD: x}\n", "profiles.a.env: '1BAD' is not an environment variable name"),
         ("profiles:\n  a:\n    env: {XLA_FLAGS: --x=1}\n", "profiles.a.env.XLA_FLAGS"),
         ("profiles:\n  a:\n    env: {ON: 1}\n", "quote the name"),
-        ("profiles:\n  a:\n    env: {A: [1]}\n", "profiles.a.env.A: the value must be one line"),
+        ("profiles:\n  a:\n    env: {NCCL_A: [1]}\n", "profiles.a.env.NCCL_A: the value must be one line"),
+        ("profiles:\n  a:\n    env: {LD_PRELOAD: /x.so}\n", "profiles.a.env.LD_PRELOAD: not a tuning variable"),
         ("profiles:\n  a:\n    env: {A: 1}\n  a:\n    env: {B: 1}\n", "key 'a' appears twice"),
         ("profiles:\n  baseline-deployed:\n    env: {A: 1}\n", "reserved"),
         ("profiles:\n  a b:\n    env: {A: 1}\n", "the name must be"),
@@ -365,7 +366,7 @@ def test_bad_arguments_are_one_line_and_leave_nothing(monkeypatch, tmp_path):
         (["tiny", "-w", "n1", "--catalog", cat, "--profiles", "good,nope"], "'nope' is not in catalog"),
         (["tiny", "-w", "n1", "--catalog", cat, "--", "dataset_type=grain"], "synthetic"),
         (["tiny", "-w", "n1", "--catalog", cat, "--", "_env_XLA_FLAGS=--x=1"], "_env_XLA_FLAGS would override"),
-        (["tiny", "-w", "n1", "--catalog", cat, "--", "_env_GOOD_KNOB=1"], "profile good sets GOOD_KNOB"),
+        (["tiny", "-w", "n1", "--catalog", cat, "--", "_env_NCCL_GOOD_KNOB=1"], "profile good sets NCCL_GOOD_KNOB"),
         (["no-such-model-xyz", "-w", "n1", "--catalog", cat], "no-such-model-xyz"),
     ]
     for args, needle in cases:

@@ -24,6 +24,18 @@
 #              grant, and the container fails to start ("error setting rlimit type 6").
 #     docker   nothing (the daemon's own defaults are what docker users expect).
 #
+# container_memlock RUNTIME
+#   Prints the locked-memory limit for `--ulimit memlock=N:N` (RDMA registers, i.e. pins, its buffers): -1
+#   (unlimited) for docker (its daemon sets it), and for podman where this shell may raise its own hard limit
+#   (root with CAP_SYS_RESOURCE); else (rootless podman, or a root without that capability, which makes runc
+#   fail with "error setting rlimit type 8") this shell's hard limit in bytes, all it may grant. Nothing when
+#   CONTAINER_RUN_EXTRA_ARGS already sets memlock.
+#
+# container_ptrace_wanted
+#   True when the container should get CAP_SYS_PTRACE, for py-spy: CONTAINER_PTRACE=1, or auto (the default)
+#   while the hang watchdog (stack dumps of a hung training) or Ray (its dashboard's stack traces) is on.
+#   CONTAINER_PTRACE=0: never (a hang is still detected and acted on, without stacks).
+#
 # container_runtime_nvidia_present
 #   True when `nvidia-smi -L` answers within 30 s (an NVIDIA GPU to hand to a container).
 #
@@ -120,6 +132,23 @@ container_host_run_args() {
     if [[ $limit == unlimited ]] || (( limit > pid_max )); then limit=$pid_max; fi
     printf '%s\n' --ulimit "nproc=$limit:$limit"
   fi
+}
+
+container_memlock() {
+  local runtime=$1 hard
+  [[ " ${CONTAINER_RUN_EXTRA_ARGS:-} " != *memlock=* ]] || return 0
+  if [[ $runtime == docker ]]; then echo -1; return 0; fi
+  hard=$(ulimit -Hl)
+  # podman's runtime sets the limit with our privileges: unlimited only where this shell could raise its own.
+  if [[ $hard == unlimited ]] || (ulimit -Hl unlimited) 2>/dev/null; then echo -1; else echo $((hard * 1024)); fi
+}
+
+container_ptrace_wanted() {
+  case ${CONTAINER_PTRACE:-auto} in
+    1) return 0 ;;
+    0) return 1 ;;
+  esac
+  [[ ! ${HANG_TIMEOUT:-} =~ ^(off|0|false|no)$ || ${RAY:-0} =~ ^(1|true|yes)$ ]]
 }
 
 container_nofile() {

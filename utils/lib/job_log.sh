@@ -20,15 +20,22 @@ format_duration() {
   fi
 }
 
-# print_job_header NAME... : prints NAME=VALUE for each named variable that is set (arrays joined by spaces).
+# shellcheck source=utils/lib/env_mask.sh
+source "$(dirname "${BASH_SOURCE[0]}")/env_mask.sh"
+
+# print_job_header NAME... : prints NAME=VALUE for each named variable that is set. An array (the passthrough
+# arguments) is joined by spaces, each element as env_mask_arg shows it: a credential's value is ***.
 print_job_header() {
-  local name
+  local name element
+  local -a shown
   for name in "$@"; do
     # declare -p, not -v: an empty array is still a value worth printing (PASSTHROUGH_ARGS="").
     declare -p "$name" >/dev/null 2>&1 || continue
     local -n _value=$name
     if [[ $(declare -p "$name" 2>/dev/null) == "declare -a"* ]]; then
-      printf '%s="%s"\n' "$name" "${_value[*]}"
+      shown=()
+      for element in "${_value[@]}"; do shown+=("$(env_mask_arg "$element")"); done
+      printf '%s="%s"\n' "$name" "${shown[*]}"
     else
       printf '%s=%s\n' "$name" "$_value"
     fi
@@ -36,13 +43,14 @@ print_job_header() {
   done
 }
 
-# job_status_word EXIT_CODE CANCELLED(0|1) [JOB_DIR [LOG]] -> SUCCESS | FAILED | CANCELLED | HANG | STOPPED
-# HANG: the hang watchdog wrote JOB_DIR/hang/HANG (py/jobkit/ops/hang_watchdog.py) and training then failed, or
+# job_status_word EXIT_CODE CANCELLED(0|1) [HANG_MARKER [LOG]] -> SUCCESS | FAILED | CANCELLED | HANG | STOPPED
+# HANG: the hang watchdog wrote JOB_DIR/hang/HANG (py/jobkit/ops/hang_watchdog.py; HANG_MARKER is its line, as
+# `jobkit hang-watchdog --marker` prints it after checking it is this job's own) and training then failed, or
 # stopped early (with checkpointing on, MaxText answers the watchdog's TERM by saving and exiting 0).
 # STOPPED: training exited 0 but stopped early (job_stopped_early): not a success.
 job_status_word() {
   local hung=0 early=0
-  [[ -n ${3:-} && -f $3/hang/HANG ]] && hung=1
+  [[ -n ${3:-} ]] && hung=1
   [[ -n ${4:-} ]] && job_stopped_early "$4" >/dev/null && early=1
   if (( $2 )); then echo CANCELLED
   elif (( $1 == 0 && ! early )); then echo SUCCESS

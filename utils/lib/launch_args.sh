@@ -17,12 +17,18 @@
 
 _launch_err() { echo "${0##*/}: $*" >&2; }
 
+# shellcheck source=utils/lib/env_mask.sh
+source "$(dirname "${BASH_SOURCE[0]}")/env_mask.sh"
+
 # Characters kept in names that become file names; anything else turns into "_".
 _LAUNCH_NAME_SAFE='A-Za-z0-9._+-'
 
-# One passthrough arg -> its experiment-tag form: leading dashes dropped, "=" and unsafe chars -> "_".
+# One passthrough arg -> its experiment-tag form: leading dashes dropped, "=" and unsafe chars -> "_". The tag
+# is the Slurm job name every cluster user sees: a value that may be a credential's is left out, the name
+# kept (env_mask_tag_word: _env_WANDB_API_KEY=... -> _env_WANDB_API_KEY).
 passthrough_tag_word() {
-  local word=$1
+  local word
+  word=$(env_mask_tag_word "$1")
   while [[ $word == -* ]]; do word=${word#-}; done
   printf '%s' "${word//[^$_LAUNCH_NAME_SAFE]/_}"
 }
@@ -36,9 +42,14 @@ passthrough_tag_suffix() {
   printf '%s' "$out"
 }
 
-# Accepts `key=value` (a MaxText override) and `_env_NAME=VALUE` (an environment override).
+# Accepts `key=value` (a MaxText override) and `_env_NAME=VALUE` (an environment override). No control
+# characters: a newline would start a line of its own in the log's KEY=VALUE header, which tools parse.
 validate_passthrough_arg() {
   local arg=$1
+  if [[ $arg == *[[:cntrl:]]* ]]; then
+    _launch_err "passthrough argument '${arg%%[[:cntrl:]]*}...' has a control character (newline, tab, ...); write it on one line, without tabs"
+    return 1
+  fi
   if [[ $arg == _env_* ]]; then
     if [[ $arg != *=* ]]; then
       _launch_err "'$arg' has no '='; write environment overrides as _env_NAME=VALUE"; return 1
@@ -130,4 +141,53 @@ check_job_name_length() {
     _launch_err "job name is $length bytes as a log file name (limit 255); shorten the passthrough args or use model:alias:tag with a short tag"
     return 1
   fi
+}
+
+# launch_args_json ARG... -> the arguments as a JSON array of strings, so that they can be read back exactly
+# (printf %q writes $'...' for a tab, which Python's shlex cannot read). Control characters become \uXXXX.
+launch_args_json() {
+  local arg out="" sep="" c i escaped
+  for arg in "$@"; do
+    arg=${arg//\\/\\\\}
+    arg=${arg//\"/\\\"}
+    if [[ $arg == *[[:cntrl:]]* ]]; then
+      escaped=""
+      for ((i = 0; i < ${#arg}; i++)); do
+        c=${arg:i:1}
+        [[ $c == [[:cntrl:]] ]] && printf -v c '\\u%04x' "'$c"
+        escaped+=$c
+      done
+      arg=$escaped
+    fi
+    out+=$sep\"$arg\"
+    sep=,
+  done
+  printf '[%s]' "$out"
+}
+
+# launch_check_alias_dir WORKSPACE NAME [PASSTHROUGH ...]: with enable_checkpointing=true among the
+# passthrough args, training resumes from, and writes its checkpoints into, WORKSPACE/NAME (NAME: the alias,
+# else the model; see _train.sh's _output_path), a dir found by name alone. Returns 1 with a one-line error
+# when it exists and is another user's (or a link of theirs): resuming would load their checkpoint, and
+# training would write into their run. Root in a rootful container may use the workspace owner's dir.
+launch_check_alias_dir() {
+  local ws=$1 name=$2 arg dir owner link_owner
+  shift 2
+  for arg in "$@"; do
+    [[ ${arg,,} =~ ^enable_checkpointing=(true|1|yes)$ ]] || continue
+    dir=$ws/$name
+    [[ -e $dir || -L $dir ]] || return 0
+    link_owner=$(stat -c %u "$dir") && owner=$(stat -L -c %u "$dir" 2>/dev/null) || owner=$link_owner
+    if ! _launch_own_uid "$link_owner" "$ws" || ! _launch_own_uid "$owner" "$ws"; then
+      (( link_owner == owner )) || owner="$link_owner/$owner"
+      _launch_err "checkpoint dir $dir belongs to uid $owner, not to you (uid $EUID): enable_checkpointing=true would resume from their checkpoint and write into it; use an alias of your own (model:<alias>:) or your own JOB_WORKSPACE"
+      return 1
+    fi
+    return 0
+  done
+}
+
+# _launch_own_uid UID WORKSPACE: UID is this user's, or (running as root: a rootful container) the workspace's owner's.
+_launch_own_uid() {
+  [[ $1 == "$EUID" ]] || { (( EUID == 0 )) && [[ $1 == "$(stat -c %u "$2")" ]]; }
 }

@@ -168,7 +168,8 @@ _obs_start_head() {
 
 _obs_start_prometheus() {
   local port err=${_OBS[state]}/prometheus.err dir=${_OBS[job_path]}
-  if prometheus_install >/dev/null 2>"$err" &&
+  # Found, never installed: no apt-get as root on a compute node or in its container at job time (O1).
+  if prometheus_find >/dev/null 2>"$err" &&
     port=$(PROMETHEUS_PORT=${PROMETHEUS_PORT:-9190} prometheus_start "$dir" 2>"$err"); then
     _OBS[prom_port]=$port
     renice -n "${_OBS[nice]}" -p "$(<"$dir/prometheus/prometheus.pid")" >/dev/null 2>&1 || true

@@ -1,10 +1,14 @@
 # shellcheck shell=bash
-# Summary: The per-job Prometheus: install it, start it on a job dir, stop it, list the TSDBs (sourced library)
+# Summary: The per-job Prometheus: find or install it, start it on a job dir, stop it, list the TSDBs (sourced library)
 #
+# prometheus_find
+#   Prints "<path> <version line>" of the prometheus binary (PROMETHEUS_BIN, else PATH, else /usr/bin/prometheus).
+#   1 with one error line naming the fix when there is none. Never installs anything: this is what a job uses
+#   (audit row O1: a job must not run apt-get as root on a compute node, or in its container, at run time).
 # prometheus_install
-#   Prints "<path> <version line>" of the prometheus binary (PROMETHEUS_BIN, else PATH, else /usr/bin/prometheus);
-#   without one, as root, installs Debian's package first (apt-get install --no-install-recommends prometheus;
-#   no daemon is started). 1 with one error line when there is none and it cannot install one.
+#   The explicit setup step (`utils/prometheus.sh install`, by hand, once per machine or image): prometheus_find,
+#   and without a binary, as root, installs Debian's package first (apt-get install --no-install-recommends
+#   prometheus; no daemon is started). 1 with one error line when there is none and it cannot install one.
 # prometheus_start JOB_DIR [--port P] [--sd-dir DIR] [--scrape-interval S]
 #   Runs a Prometheus for one job in the background, in its own session: TSDB, config (prometheus.yml), log
 #   (prometheus.log) and PID file (prometheus.pid) all in JOB_DIR/prometheus/. Listens on 127.0.0.1 only, port P
@@ -42,6 +46,9 @@ source "$_PROM_LIB_DIR/process.sh"
 _prom_err() { echo "prometheus.sh: $*" >&2; }
 _prom_log() { echo "[Prometheus] $*" >&2; }
 
+# Where Debian's package puts the binary (tests point it elsewhere).
+_PROM_SYSTEM_BIN=${_PROM_SYSTEM_BIN:-/usr/bin/prometheus}
+
 # Prints the prometheus binary, or returns 1.
 _prom_bin() {
   local bin
@@ -50,15 +57,33 @@ _prom_bin() {
     return 1
   fi
   bin=$(command -v prometheus 2>/dev/null) && { echo "$bin"; return 0; }
-  [[ -x /usr/bin/prometheus ]] && { echo /usr/bin/prometheus; return 0; }
+  [[ -x $_PROM_SYSTEM_BIN ]] && { echo "$_PROM_SYSTEM_BIN"; return 0; }
+  return 1
+}
+
+# _prom_version BIN: prints "BIN <version line>".
+_prom_version() {
+  local version
+  version=$("$1" --version 2>&1 | head -n 1)
+  echo "$1 ${version:-(version unknown)}"
+}
+
+prometheus_find() {
+  local bin
+  if bin=$(_prom_bin); then _prom_version "$bin"; return 0; fi
+  if [[ -n ${PROMETHEUS_BIN:-} ]]; then
+    _prom_err "PROMETHEUS_BIN=$PROMETHEUS_BIN is not an executable; point it at a prometheus binary or unset it"
+  else
+    _prom_err "no prometheus binary (PROMETHEUS_BIN, PATH, $_PROM_SYSTEM_BIN); put one in the image or on the nodes (as root: utils/prometheus.sh install), or set PROMETHEUS_BIN"
+  fi
   return 1
 }
 
 prometheus_install() {
-  local bin version
+  local bin
   if ! bin=$(_prom_bin); then
     if [[ -n ${PROMETHEUS_BIN:-} ]]; then
-      _prom_err "PROMETHEUS_BIN=$PROMETHEUS_BIN is not an executable; point it at a prometheus binary or unset it"
+      prometheus_find
       return 1
     fi
     if [[ $(id -u) != 0 ]] || ! command -v apt-get >/dev/null 2>&1; then
@@ -79,8 +104,7 @@ prometheus_install() {
       return 1
     fi
   fi
-  version=$("$bin" --version 2>&1 | head -n 1)
-  echo "$bin ${version:-(version unknown)}"
+  _prom_version "$bin"
 }
 
 # _prom_http_ok PORT PATH: true when GET http://127.0.0.1:PORT/PATH answers 200 (bash /dev/tcp: no curl needed).

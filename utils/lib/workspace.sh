@@ -7,6 +7,9 @@
 #   workspace_fstype DIR              prints the filesystem type holding DIR (or its nearest parent)
 #   workspace_umask                   applies JOB_UMASK (default 077) to this shell and exports it; returns 1
 #                                     with a one-line error when it is not an octal umask
+#   workspace_private_dir DIR [UID [MODE]]  creates DIR (MODE, default 0700) if absent; returns 1, saying why on stdout,
+#                                     unless DIR is a real dir (no link) of UID (default: this user) that
+#                                     group and others cannot write (what nobody else may plant files in)
 #
 # JOB_UMASK: everything a job writes (logs, job dirs, TensorBoard events, TSDBs, checkpoints, compile cache)
 # is created under it. 077 (the default) keeps it the submitter's alone; a team that shares a workspace on
@@ -54,4 +57,17 @@ workspace_umask() {
   fi
   umask "$mask"
   export JOB_UMASK=$mask
+}
+
+workspace_private_dir() {
+  local dir=$1 uid=${2:-$EUID} owner mode
+  if [[ ! -e $dir && ! -L $dir ]]; then
+    mkdir -p "$(dirname "$dir")" 2>/dev/null && mkdir -m "${3:-0700}" "$dir" 2>/dev/null
+  fi
+  # lstat-like checks: a link planted at DIR's name is refused, not followed to wherever it points.
+  if [[ -L $dir ]]; then echo "$dir is a symlink"; return 1; fi
+  if [[ ! -d $dir ]]; then echo "$dir is not a directory (or cannot be created)"; return 1; fi
+  read -r owner mode < <(stat -c '%u %a' "$dir")
+  if [[ $owner != "$uid" ]]; then echo "$dir belongs to uid $owner, not to uid $uid"; return 1; fi
+  if (( 8#$mode & 8#022 )); then echo "$dir is writable by group or others (mode $mode)"; return 1; fi
 }

@@ -22,6 +22,7 @@ from jobkit.analysis import plots
 from jobkit.analysis.job import JobReadError, load
 from jobkit.core import paths
 from jobkit.core.errors import JobkitError
+from jobkit.core.files import write_atomic
 from jobkit.ops import jobs
 
 # Header and environment keys that differ between any two jobs whatever they ran.
@@ -255,9 +256,7 @@ def command(jobs_given, sweep_id, ws, html_out):
     target = Path(html_out) if html_out else workspace / ".compare" / f"{table[0][1][0]}+{len(logs) - 1}.html"
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = target.with_name(f".{target.name}.tmp")
-        tmp.write_text(render(analyses, table, diffs), encoding="utf-8")
-        tmp.replace(target)
+        write_atomic(target, render(analyses, table, diffs))
     except OSError as e:
         raise JobkitError("compare", f"cannot write {target}: {e.strerror}; pass --html FILE") from None
     click.echo(f"\npage: {target}")

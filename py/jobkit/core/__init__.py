@@ -11,7 +11,7 @@
   slurm       the one module that asks Slurm (squeue, sacct) about jobs
   tunnel      the ssh line that reaches a loopback dashboard from a laptop
   paths       where the checkout and the workspace are (the only `__file__` climb in the package)
-  files       reports and pages written whole (temp name, rename) with the mode the umask gives
+  files       files written whole (temp name, rename), appended without following links, trusted only when ours
   errors      every exit code, and JobkitError: one line and a code at the CLI's edge
   clitypes    click parameter types shared by several commands
   lazy_group  a click group over a "module:attr" table, imported on use (jobkit's and jobkit sweep's)

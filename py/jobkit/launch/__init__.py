@@ -2,6 +2,7 @@
 
   entry       `jobkit launch <config.yml> [key=value ...]`: finds MaxText's train module, runs it, exits fast
               (also `python -m jobkit.launch ...`, through __main__.py)
+  tb_redact   keeps secret-looking config keys (hf_access_token, ...) out of MaxText's TensorBoard text summaries
   mfu         decides once per run whether MFU is reported, and against which peak
   mfu_stream  appends `MFU: X.XX%` to the step lines training prints
   peaks       dense peak TFLOP/s per device, by accelerator and dtype

@@ -4,7 +4,8 @@ Its arguments are parsed by hand, not by click: everything after the config goes
 MaxText's own keys may look like options to a parser.
 
 Steps: decide MFU and say so in one line; wrap stdout/stderr for MFU; import
-MaxText's train module (PyPI `maxtext` or a source tree's `MaxText`); run its
+MaxText's train module (PyPI `maxtext` or a source tree's `MaxText`); keep secret
+config keys out of its TensorBoard text summaries (tb_redact); run its
 `main` through absl like MaxText's own `__main__` does; then leave with
 os._exit so atexit handlers (JAX distributed shutdown and friends, seen to
 hang for minutes) cannot keep a finished job alive. MAXTEXT_FAST_EXIT=0 opts out.
@@ -19,7 +20,7 @@ import traceback
 from collections.abc import Sequence
 
 from jobkit.core.errors import EXIT_SETUP
-from jobkit.launch import mfu, mfu_stream
+from jobkit.launch import mfu, mfu_stream, tb_redact
 
 # Newest layout first: PyPI maxtext >= 0.2, then source-tree images.
 TRAIN_MODULES = ("maxtext.trainers.pre_train.train", "MaxText.train")
@@ -151,6 +152,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except LaunchError as exc:
         print(f"jobkit.launch: {exc}", file=sys.stderr)
         return EXIT_SETUP
+    # The train module imported MaxText's TensorBoard text sink: wrap it before any config reaches it.
+    if not tb_redact.install() and module.__name__ in TRAIN_MODULES:
+        print(
+            "jobkit.launch: warning: MaxText's add_text_to_summary_writer was not found, so secret config keys"
+            " (hf_access_token) may reach TensorBoard; set enable_tensorboard=false to be sure",
+            file=sys.stderr,
+        )
     _point_absl_at(sys.stderr)
     return run_train(module, config, overrides)
 

@@ -43,6 +43,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from jobkit.core.clitypes import SECONDS
+from jobkit.core.files import write_atomic
 from jobkit.core.paths import UTILS_DIR
 
 PLUGIN_SUFFIX = "_metrics_plugin.sh"
@@ -236,11 +237,7 @@ class Exporter:
         host_port = f"[{self.address}]:{self.port}" if ":" in self.address else f"{self.address}:{self.port}"
         doc = [{"targets": [host_port], "labels": {"host": self.host}}]
         path = os.path.join(self.sd_dir, f"{self.host}.json")
-        tmp = os.path.join(self.sd_dir, f".{self.host}.json.tmp.{os.getpid()}")
-        with open(tmp, "w") as f:
-            json.dump(doc, f)
-            f.write("\n")
-        os.replace(tmp, path)
+        write_atomic(path, json.dumps(doc) + "\n")  # whole, and never through a planted link
         self.sd_file = path
         self.log(f"service discovery file {path} -> {host_port}")
 

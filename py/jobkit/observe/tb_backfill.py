@@ -32,6 +32,7 @@ import time
 import urllib.request
 
 from jobkit.core import procfs
+from jobkit.core.files import write_atomic
 from jobkit.observe import log_steps, promserver
 from jobkit.observe.tb_events import EVENT_PREFIX, STEP_METRIC, CorruptRecord, Fold, ScalarReader, find_event_files
 from jobkit.observe.tb_serve import STEP_HELP, scalar_help
@@ -216,11 +217,8 @@ DONE = "tb_backfill.done.json"
 
 
 def _write_json(path, data):
-    tmp = f"{path}.tmp.{os.getpid()}"
-    with open(tmp, "w") as fh:
-        json.dump(data, fh, indent=1)
-        fh.write("\n")
-    os.replace(tmp, path)  # rename is atomic: a reader sees the old record or the new one, never half
+    # A reader sees the old record or the new one, never half; no link planted beside it is followed.
+    write_atomic(path, json.dumps(data, indent=1) + "\n")
 
 
 def record_pending(logdir, tsdb, label_pairs=(), host=None, job_log=None):

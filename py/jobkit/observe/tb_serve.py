@@ -11,7 +11,7 @@ bytes written since the last poll, in one read. A record whose length CRC is wro
 (logged once); record CRCs are left to the backfill. Once a minute the usual places are looked at again: a newer
 event file (training restarted within the job) replaces the current one.
 
-After each poll that found new scalars, OUT is replaced atomically (written to OUT.tmp.<pid>, renamed: a
+After each poll that found new scalars, OUT is replaced atomically (core.files.write_atomic: a fresh temp name beside it, renamed: a
 rename is atomic, so the plugin never reads half a file) with prometheus_client's text format: per tag the
 newest value with its event's timestamp, ``tb_step``, and ``tb_metrics_plugin_staleness_fill 0`` (no timestamp;
 this bridge never repeats old values, the series exists for dashboards written against the reference). Every
@@ -26,6 +26,7 @@ import signal
 import sys
 import time
 
+from jobkit.core.files import write_atomic
 from jobkit.observe.tb_events import (
     EVENT_PREFIX,
     FILL_METRIC,
@@ -98,13 +99,6 @@ class Latest:
         return generate_latest(self).decode()
 
 
-def write_atomic(path, text):
-    tmp = f"{path}.tmp.{os.getpid()}"
-    with open(tmp, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)
-
-
 def _remove(*paths):
     for p in paths:
         try:
@@ -175,8 +169,8 @@ def serve(logdir, host, out, interval=1.0, parent_pid=0, since=0):
         if stopping:
             reason = f"signal {signal.Signals(stopping[0]).name}"
     finally:
-        # 3. Teardown, however the loop ended: OUT, OUT.pid and a half-written OUT.tmp.<pid> go.
-        _remove(out, pidfile, f"{out}.tmp.{os.getpid()}")
+        # 3. Teardown, however the loop ended: OUT and OUT.pid go (write_atomic leaves no temp file behind).
+        _remove(out, pidfile)
     log(f"exiting ({reason})")
     return 0
 

@@ -1,6 +1,7 @@
 """`jobkit artifacts clean`: remove the code snapshots of jobs that can no longer need them.
 
-submit.sh copies the launcher into `$JOB_WORKSPACE/.artifacts/artifact_<ts>_<hex>/` (read-only) for every job,
+submit.sh copies the launcher into `$JOB_WORKSPACE/.artifacts/<user>/artifact_<ts>_<hex>/` (read-only; before
+per-user dirs: `.artifacts/artifact_<ts>_<hex>/`, still cleaned) for every job,
 and the job runs from that copy; the job dir's `artifact` link names it. A requeued attempt may run from its
 predecessor's snapshot, so a snapshot belongs to every job dir whose link names it, and it is kept while ANY
 of them may still run:
@@ -12,7 +13,8 @@ of them may still run:
 Without an answer from squeue nothing is removed, unless --no-scheduler says no job runs (the log rule still
 holds then: nobody says those jobs are over).
 
-Only real directories named like a snapshot directly under .artifacts/ are removed, never through a symlink;
+Only real directories named like a snapshot directly under .artifacts/ or a real dir in it (a user's) are
+removed, never through a symlink (another user's 0700 dir cannot be read: its snapshots are not seen);
 job dirs keep their `artifact` link, dangling afterwards: the job dir is the job's evidence, and the link's
 name still says which snapshot (time stamp) it ran.
 """
@@ -57,6 +59,37 @@ class Snapshot:
     path: Path
     jobs: list[JobRef] = field(default_factory=list)
     keep: str = ""  # why it stays; empty: remove it
+    name: str = ""  # its path under .artifacts/: `<user>/artifact_...` (`artifact_...` in the older layout)
+
+
+def _snapshot_dirs(arts: Path) -> dict[str, Path]:
+    """Name under ARTS -> path of each real snapshot dir in ARTS or in a real dir in ARTS (a user's)."""
+    found = {}
+    for entry in os.scandir(arts):
+        if not entry.is_dir(follow_symlinks=False):
+            continue
+        if SNAPSHOT.match(entry.name):
+            found[entry.name] = Path(entry.path)
+            continue
+        try:
+            inner = list(os.scandir(entry.path))
+        except OSError:  # another user's private dir
+            continue
+        for sub in inner:
+            if SNAPSHOT.match(sub.name) and sub.is_dir(follow_symlinks=False):
+                found[f"{entry.name}/{sub.name}"] = Path(sub.path)
+    return found
+
+
+def _linked_name(named: str, real_arts: str) -> str | None:
+    """The name under .artifacts/ of the snapshot a job dir's link names, or None when it names no such dir.
+    The parent dirs are resolved and compared, the names are taken as written: no link is followed past them."""
+    parent = os.path.dirname(named)
+    if os.path.realpath(parent) == real_arts:
+        return os.path.basename(named)
+    if os.path.realpath(os.path.dirname(parent)) == real_arts and not os.path.islink(parent):
+        return f"{os.path.basename(parent)}/{os.path.basename(named)}"
+    return None
 
 
 def find_snapshots(ws: Path) -> list[Snapshot]:
@@ -64,11 +97,7 @@ def find_snapshots(ws: Path) -> list[Snapshot]:
     arts = ws / ".artifacts"
     if not arts.is_dir() or arts.is_symlink():
         return []
-    found = {
-        e.name: Snapshot(Path(e.path))
-        for e in os.scandir(arts)
-        if SNAPSHOT.match(e.name) and e.is_dir(follow_symlinks=False)
-    }
+    found = {name: Snapshot(path, name=name) for name, path in _snapshot_dirs(arts).items()}
     real_arts = os.path.realpath(arts)
     for entry in os.scandir(ws):
         m = jobs.JOB_LOG.match(f"{entry.name}.log")
@@ -77,14 +106,11 @@ def find_snapshots(ws: Path) -> list[Snapshot]:
         link = os.path.join(entry.path, "artifact")
         if not os.path.islink(link):
             continue
-        named = os.path.normpath(os.path.join(entry.path, os.readlink(link)))
-        # Compare the parent dir resolved and the name as written: a link is not followed past .artifacts/.
-        if os.path.realpath(os.path.dirname(named)) != real_arts or os.path.basename(named) not in found:
+        name = _linked_name(os.path.normpath(os.path.join(entry.path, os.readlink(link))), real_arts)
+        if name not in found:
             continue
         log = ws / f"{entry.name}.log"
-        found[os.path.basename(named)].jobs.append(
-            JobRef(m.group("id"), Path(entry.path), log if log.is_file() else None)
-        )
+        found[name].jobs.append(JobRef(m.group("id"), Path(entry.path), log if log.is_file() else None))
     return [found[name] for name in sorted(found)]
 
 
@@ -174,7 +200,7 @@ def remove_snapshot(path: Path, arts: Path) -> None:
     if (
         not SNAPSHOT.match(path.name)
         or not stat.S_ISDIR(st.st_mode)
-        or os.path.realpath(path.parent) != os.path.realpath(arts)
+        or _linked_name(str(path), os.path.realpath(arts)) != os.path.relpath(path, arts)
     ):
         raise ArtifactsError(f"{path} is not a snapshot dir in {arts}; not removing it")
     for root, _, _ in os.walk(path):  # files need no write bit to be unlinked; their dirs do
@@ -231,7 +257,7 @@ def clean_command(ws, dry_run, no_scheduler):
     for snap in snapshots:
         why = snap.keep or _not_ours(snap.path)
         if why:
-            click.echo(f"kept {snap.path.name}: {why}")
+            click.echo(f"kept {snap.name}: {why}")
             kept += 1
             continue
         size = disk_usage(snap.path)
@@ -242,7 +268,7 @@ def clean_command(ws, dry_run, no_scheduler):
                 raise JobkitError(
                     "artifacts clean", f"could not remove {snap.path}: {exc}; fix that and run again"
                 ) from None
-        click.echo(f"{verb} {snap.path.name} ({human(size)})")
+        click.echo(f"{verb} {snap.name} ({human(size)})")
         freed += size
         removed += 1
         dangling += [j.job_dir.name for j in snap.jobs]

@@ -19,6 +19,13 @@ median step time so far, never less than HANG_TIMEOUT. When it is exceeded:
 
 HANG_TIMEOUT=off (or 0) turns the watchdog off. Bad settings are one-line errors before training starts
 (`jobkit hang-watchdog --check`).
+
+A workspace may be shared with a team (group-writable), so a marker is believed only when this job's own
+watchdog or batch script could have written it (`read_marker`, `time_limit_requested`): a regular file of this
+uid with one link (core.files.read_own), naming this job (`job=<JOB_ID>` on its second line), and HANG only in a
+hang/ dir of this uid that nobody else can write (each watchdog creates it at start, 0755 minus the umask).
+Anything else is ignored, and said in the log (`[hang] <host>: ignored ...`). The batch script's summary and
+`jobkit requeue` read the marker through the same check (`jobkit hang-watchdog --marker`).
 """
 
 from __future__ import annotations
@@ -36,7 +43,7 @@ from pathlib import Path
 
 import click
 
-from jobkit.core import procfs
+from jobkit.core import files, procfs
 from jobkit.core.errors import EXIT_SETTINGS, JobkitError
 
 STARTUP, COMPILE, TRAINING = "startup", "compile", "training"
@@ -172,8 +179,47 @@ def find_training(job_id: str, node_rank: str) -> int | None:
     return min(found) if found else None
 
 
-def capture_stacks(pid: int | None, out: Path, header: str) -> str:
-    """Writes PID's stacks to OUT; returns how they were taken. A live process is paused for native frames;
+def marker_body(first_line: str, job_id: str) -> str:
+    """What a marker holds: its line for people, then the job it belongs to (an old job's marker moved into
+    this job dir is not this job's)."""
+    return f"{first_line}\njob={job_id}\n"
+
+
+def _own_marker(path: Path, job_id: str, in_own_dir: bool) -> str | None:
+    """The first line of the marker at PATH when it is this job's (see the module doc); None when there is none
+    (or it is still being written); files.Untrusted when it is someone else's."""
+    try:
+        text = files.read_own(path, in_own_dir=in_own_dir)
+    except FileNotFoundError:
+        return None
+    if not text.endswith("\n"):
+        return None  # its writer has not finished its one write yet
+    first, _, rest = text.partition("\n")
+    if rest != f"job={job_id}\n":
+        raise files.Untrusted(f"{path} is not this job's marker (it does not say job={job_id})")
+    return first
+
+
+def read_marker(job_dir: Path, job_id: str) -> str | None:
+    """The hang marker's line (phase, last step, ...) when this job's watchdog wrote it, else None;
+    files.Untrusted (the why) when a marker is there that it did not write."""
+    return _own_marker(job_dir / "hang" / MARKER_NAME, job_id, in_own_dir=True)
+
+
+def time_limit_requested(job_dir: Path, job_id: str) -> bool:
+    """Whether this job's batch script asked training to save and stop for Slurm's time limit (the marker in the
+    job dir, which a team may be allowed to write: its owner and content are what count); files.Untrusted when a
+    marker is there that the batch script did not write."""
+    return _own_marker(job_dir / TIME_LIMIT_MARKER, job_id, in_own_dir=False) is not None
+
+
+def request_time_limit_stop(job_dir: Path, job_id: str) -> None:
+    """The batch script's marker (`jobkit hang-watchdog --time-limit`): written whole, never through a link."""
+    files.write_atomic(job_dir / TIME_LIMIT_MARKER, marker_body("time limit near: save and stop", job_id))
+
+
+def capture_stacks(pid: int | None, out: Path | None, header: str) -> str:
+    """Writes PID's stacks to OUT (to stdout, the job log, when OUT is None); returns how they were taken. A live process is paused for native frames;
     a stopped one cannot be paused again, so its Python frames are read without pausing it."""
     lines = [header]
     how = "no training process found"
@@ -204,10 +250,10 @@ def capture_stacks(pid: int | None, out: Path, header: str) -> str:
             lines.append(f"[{how}] failed: {said[-400:]}")
         else:
             how = "py-spy failed"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_suffix(".tmp")
-    tmp.write_text("\n".join(lines) + "\n")
-    tmp.rename(out)  # a reader never sees half a file
+    if out is None:
+        say("\n".join(lines))
+    else:
+        files.write_atomic(out, "\n".join(lines) + "\n")  # a reader never sees half a file
     return how
 
 
@@ -242,8 +288,48 @@ class Watchdog:
     nnodes: int
     host: str
     interval: float = 2.0
-    declared: bool = False  # this watchdog wrote the marker
+    declared: bool = False  # this watchdog noticed the hang (and wrote the marker, if the hang dir is ours)
     start_wait: float = 300.0  # seconds to wait for training to appear before giving up
+    hang_dir_ok: bool = True  # the hang dir is this user's own: markers and stacks go there
+    marker_line: str = ""  # the HANG marker's line, once a trusted one (or our own) is seen
+    reported: set[str] = field(default_factory=set)  # the ignored files already said in the log
+
+    def ignore(self, why: str) -> None:
+        """Says once in the log which file was ignored and why (a teammate may have planted it)."""
+        if why not in self.reported:
+            self.reported.add(why)
+            say(f"[hang] {self.host}: ignored {why}")
+
+    def prepare(self) -> None:
+        """Creates the hang dir as this user's own; a planted one is reported and not used."""
+        try:
+            files.make_own_dir(self.hang_dir)
+        except (files.Untrusted, OSError) as exc:
+            self.hang_dir_ok = False
+            self.ignore(f"{exc}: no hang marker is trusted there; this node acts on the hangs it notices itself")
+
+    def hang_declared(self) -> bool:
+        """Whether a hang was declared: by this watchdog, or by another node's (a trusted marker)."""
+        if self.declared:
+            return True
+        if not self.hang_dir_ok:
+            return False
+        try:
+            line = read_marker(self.hang_dir.parent, self.job_id)
+        except files.Untrusted as exc:
+            self.ignore(str(exc))
+            return False
+        if line is None:
+            return False
+        self.marker_line = line
+        return True
+
+    def time_limit_near(self) -> bool:
+        try:
+            return time_limit_requested(self.hang_dir.parent, self.job_id)
+        except files.Untrusted as exc:
+            self.ignore(str(exc))
+            return False
 
     def run(self, clock=time.monotonic) -> int:
         """Watch until training ends (0), or this node's training was stopped for a hang (3)."""
@@ -251,8 +337,7 @@ class Watchdog:
         started = clock()
         progress = Progress(self.node_rank if self.nnodes > 1 else None, changed_at=started)
         seen_training = False
-        marker = self.hang_dir / MARKER_NAME
-        time_limit = self.hang_dir.parent / TIME_LIMIT_MARKER
+        self.prepare()
         saving = False  # TERM sent for the time limit: training is saving a checkpoint, not hanging
         pid: int | None = None
         while True:
@@ -267,22 +352,24 @@ class Watchdog:
                     return 0  # training ended (or never started): nothing to watch
             else:
                 seen_training = True
-            if pid is not None and not saving and time_limit.exists():
+            if pid is not None and not saving and self.time_limit_near():
                 # Only training gets the TERM (MaxText saves at its next step and stops): a TERM to the whole job
                 # step would also stop Ray and the exporters under training while it saves.
                 saving = True
                 os.kill(pid, signal.SIGTERM)
                 say(f"[hang] {self.host}: Slurm's time limit is near: TERM to training (pid {pid}) to save and stop")
             stalled = now - progress.changed_at
-            if pid is not None and not saving and not marker.exists() and stalled > limit(self.settings, progress):
+            declared = self.hang_declared()
+            if pid is not None and not saving and not declared and stalled > limit(self.settings, progress):
                 self.declare(progress, stalled)
-            if marker.exists() and pid is None and not seen_training and now - started <= self.start_wait:
+                declared = self.hang_declared()
+            if declared and pid is None and not seen_training and now - started <= self.start_wait:
                 # Another node declared a hang before this node's training showed up (a slow start): wait for
                 # it, or its stacks would say "no training process found" and it would run on unwatched.
                 time.sleep(self.interval)
                 continue
-            if marker.exists():
-                self.respond(pid, marker)
+            if declared:
+                self.respond(pid)
                 if self.settings.action == "cancel":
                     stop_training(pid)
                     return 3
@@ -305,24 +392,34 @@ class Watchdog:
         """Write the marker (the first watchdog wins: O_EXCL) and the HANG line."""
         last = "none" if progress.last_step is None else str(progress.last_step)
         text = f"phase {progress.phase}, last step {last}, {stalled:.0f} s since"
-        self.hang_dir.mkdir(parents=True, exist_ok=True)
-        try:
-            fd = os.open(self.hang_dir / MARKER_NAME, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-        except FileExistsError:
-            return  # another node noticed first; its marker stands
-        with os.fdopen(fd, "w") as fh:
-            fh.write(f"{text}, noticed on {self.host} (rank {self.node_rank})\n")
+        line = f"{text}, noticed on {self.host} (rank {self.node_rank})"
+        if self.hang_dir_ok:
+            try:
+                # One write of a short line: another node reads it whole, or not yet (no final newline).
+                fd = os.open(self.hang_dir / MARKER_NAME, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+            except FileExistsError:
+                if self.hang_declared():
+                    return  # another node noticed first; its marker stands
+            else:
+                with os.fdopen(fd, "w") as fh:
+                    fh.write(marker_body(line, self.job_id))
         self.declared = True
+        self.marker_line = line
         say(f"== HANG detected ({text}) ==")
 
-    def respond(self, pid: int | None, marker: Path) -> None:
+    def respond(self, pid: int | None) -> None:
         """Capture this node's stacks. Before anything is stopped every node waits (bounded) for the others'
         stacks: stopping one node's training ends the job step on every node (srun --kill-on-bad-exit)."""
-        header = f"HANG on {self.host} (rank {self.node_rank}): {marker.read_text().strip()}"
-        how = capture_stacks(pid, self.hang_dir / f"{self.host}.txt", header)
-        say(f"[hang] {self.host}: stacks of training (pid {pid}) in {self.hang_dir}/{self.host}.txt ({how})")
+        header = f"HANG on {self.host} (rank {self.node_rank}): {self.marker_line}"
+        out = self.hang_dir / f"{self.host}.txt" if self.hang_dir_ok else None
+        how = capture_stacks(pid, out, header)
+        where = f"in {out}" if out else "above (the hang dir is not this user's)"
+        say(f"[hang] {self.host}: stacks of training (pid {pid}) {where} ({how})")
         if self.settings.action != "cancel":
             say(f"[hang] {self.host}: training left running (HANG_ACTION=report)")
+            return
+        if not self.hang_dir_ok:
+            say(f"[hang] {self.host}: stopping training (HANG_ACTION=cancel)")
             return
         deadline = time.monotonic() + STACK_WAIT
         while time.monotonic() < deadline and len(list(self.hang_dir.glob("*.txt"))) < self.nnodes:
@@ -338,9 +435,32 @@ class Watchdog:
 @click.option("--job-dir", type=click.Path(path_type=Path), help="The job dir (hang/ is written there).")
 @click.option("--interval", type=float, default=2.0, show_default=True, help="Seconds between looks.")
 @click.option("--check", is_flag=True, help="Only check the HANG_* settings: one line and exit 2 when bad.")
-def command(log, job_dir, interval, check):
+@click.option(
+    "--marker",
+    is_flag=True,
+    help="Only print the hang marker of --job-dir when this job's watchdog wrote it (exit 0), else exit 1 "
+    "(saying on stderr why a marker there was ignored).",
+)
+@click.option("--time-limit", is_flag=True, help="Only write --job-dir's time-limit marker (the batch script's).")
+def command(log, job_dir, interval, check, marker, time_limit):
     """Watch this node's training for a hang (settings: HANG_TIMEOUT, HANG_COMPILE_TIMEOUT, HANG_STEP_FACTOR,
     HANG_ACTION; identity: JOB_ID, NODE_RANK, NNODES from the environment)."""
+    if marker or time_limit:
+        job_id = os.environ.get("JOB_ID", "")
+        if job_dir is None or not job_id:
+            raise click.UsageError("--marker and --time-limit need --job-dir and JOB_ID in the environment")
+        if time_limit:
+            request_time_limit_stop(job_dir, job_id)
+            return
+        try:
+            line = read_marker(job_dir, job_id)
+        except files.Untrusted as exc:
+            click.echo(f"[hang] ignored {exc}", err=True)
+            sys.exit(1)
+        if line is None:
+            sys.exit(1)
+        click.echo(line)
+        return
     try:
         settings = Settings.from_env(dict(os.environ))
     except SettingsError as exc:

@@ -31,17 +31,16 @@ import re
 import signal
 import statistics
 import sys
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import click
 
-from jobkit.core import failures, logparse, procfs, slurm
+from jobkit.core import failures, files, logparse, procfs, slurm
 from jobkit.core.errors import EXIT_USAGE, JobkitError
 from jobkit.core.paths import workspace
-from jobkit.ops import notify, requeue
+from jobkit.ops import hang_watchdog, notify, requeue
 
 ENDED = slurm.ENDED
 BAD_STATES = ENDED - {"COMPLETED"}
@@ -191,9 +190,8 @@ class Monitor:
 
     def save(self) -> None:
         self.state_file.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.state_file.with_name(self.state_file.name + ".tmp")
-        tmp.write_text(json.dumps(self.state, indent=1) + "\n")
-        tmp.replace(self.state_file)  # rename is atomic: a crash leaves the old state or the new one
+        # A crash leaves the old state or the new one; a link planted at any name beside it is never followed.
+        files.write_atomic(self.state_file, json.dumps(self.state, indent=1) + "\n")
 
     def _sweep_jobs(self) -> list[str]:
         from jobkit.sweep import state as sweep_state
@@ -300,15 +298,15 @@ class Monitor:
             )
         if entries and entries[-1].step != record.get("last_step"):
             record["last_step"], record["last_step_at"] = entries[-1].step, time.time()
-        marker = log_path.with_suffix("") / "hang" / "HANG"
-        if marker.is_file():
-            events += self._emit(
-                record,
-                job_id,
-                "hang",
-                "hang",
-                f"{who}HANG detected — {marker.read_text().strip()}; stacks in {marker.parent}/",
-            )
+        # Only this job's own watchdog's marker counts (one planted in a shared workspace is not): else the
+        # monitor's own stall check below still tells a real hang.
+        try:
+            hang = hang_watchdog.read_marker(log_path.with_suffix(""), log.header.get("JOB_ID", job_id))
+        except files.Untrusted:
+            hang = None
+        if hang is not None:
+            where = log_path.with_suffix("") / "hang"
+            events += self._emit(record, job_id, "hang", "hang", f"{who}HANG detected — {hang}; stacks in {where}/")
         elif (
             state == "RUNNING"
             and record.get("last_step_at")
@@ -356,7 +354,7 @@ class Monitor:
             verdict = _VERDICT.search(text)
             if verdict:
                 events += self._emit(record, job_id, "verdict", "verdict", verdict.group(0))
-            found = requeue.outcome(log, text)
+            found = requeue.outcome(log, text, log_path.with_suffix(""))
             if found is not None:
                 detail = "".join(
                     [
@@ -450,24 +448,39 @@ def _pid_alive(pid_file: Path, state_path: Path) -> int | None:
     return pid if same else None
 
 
-def daemonize(pid_file: Path, log_file: Path, state_path: Path) -> None:
-    """Detach (double fork, new session), stdout/stderr to LOG_FILE, "PID START STATE_PATH" in PID_FILE."""
+def daemonize(pid_file: Path, log_fd: int, state_path: Path) -> None:
+    """Detach (double fork, new session), stdout/stderr to LOG_FD (the log, opened by the caller, which can
+    still say why it cannot be), "PID START STATE_PATH" in PID_FILE."""
     if os.fork():
         os._exit(0)
     os.setsid()
     if os.fork():
         os._exit(0)
-    fd = os.open(log_file, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-    os.dup2(fd, 1)
-    os.dup2(fd, 2)
-    os.close(fd)
+    os.dup2(log_fd, 1)
+    os.dup2(log_fd, 2)
+    os.close(log_fd)
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)
     me = procfs.stat(os.getpid())
-    fd, tmp = tempfile.mkstemp(prefix=".monitor-pid.", dir=pid_file.parent)  # 0600, a fresh name: no link
-    with os.fdopen(fd, "w") as fh:
-        fh.write(f"{me.pid} {me.start} {state_path.resolve()}\n")
-    os.replace(tmp, pid_file)  # rename is atomic: a reader sees no half-written pid file
+    # Written whole (a reader sees no half-written pid file) and never through a planted link.
+    files.write_atomic(pid_file, f"{me.pid} {me.start} {state_path.resolve()}\n", mode=0o600)
+
+
+def start_daemon(pid_file: Path, state_path: Path) -> None:
+    """Refuses a second monitor of STATE_PATH and a log that cannot be opened (one line), then daemonizes."""
+    running = _pid_alive(pid_file, state_path)
+    if running:
+        raise JobkitError("monitor", f"already running as pid {running} ({pid_file}); stop it with --stop")
+    state_path.parent.mkdir(parents=True, exist_ok=True)
+    log_file = state_path.with_name(state_path.stem + ".log")
+    try:
+        log_fd = files.open_append(log_file)  # a planted link is refused, not followed
+    except OSError as exc:
+        raise JobkitError(
+            "monitor", f"cannot append to {log_file} ({exc.strerror}); remove it if it is a link", EXIT_USAGE
+        ) from None
+    click.echo(f"monitor started in the background; log {log_file}, pid file {pid_file}")
+    daemonize(pid_file, log_fd, state_path)
 
 
 @click.command("monitor")
@@ -532,13 +545,7 @@ def command(jobs, ws, sweep, interval, once, daemon, stop_daemon, state_file, le
     except MonitorError as exc:
         raise JobkitError("monitor", str(exc), EXIT_USAGE) from None
     if daemon:
-        running = _pid_alive(pid_file, state_path)
-        if running:
-            raise JobkitError("monitor", f"already running as pid {running} ({pid_file}); stop it with --stop")
-        state_path.parent.mkdir(parents=True, exist_ok=True)
-        log_file = state_path.with_name(state_path.stem + ".log")
-        click.echo(f"monitor started in the background; log {log_file}, pid file {pid_file}")
-        daemonize(pid_file, log_file, state_path)
+        start_daemon(pid_file, state_path)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     where = (
         f"notifying {len(targets.urls)} target(s) from {targets.source} ({level})" if targets else "no notifications"

@@ -87,10 +87,20 @@ def with_timeouts(url: str) -> str:
     return url + ("&" if "?" in url else "?") + "&".join(missing)
 
 
-def redact(url: str) -> str:
-    """The scheme and host only: the rest of an apprise URL is often a token."""
-    m = re.match(r"^([A-Za-z][\w+.-]*://)([^/?#@]*@)?([^/?#]*)", url)
-    return f"{m.group(1)}{m.group(3)}/..." if m else "<not a URL>"
+def redact(url: str, index: int) -> str:
+    """How a message names the INDEX-th target (from 1): its scheme and position only (`tgram:// #1`). Any
+    other part of an apprise URL may be the token: the host is the bot token of tgram://, pbul://, join://,
+    slack:// and msteams://, the path or the user:password of others."""
+    m = re.match(r"^([A-Za-z][\w+.-]*://)", url)
+    return f"{m.group(1) if m else '<not a URL>'} #{index}"
+
+
+def scrub(text: str, url: str) -> str:
+    """TEXT (apprise's own reason) without any part of URL that could be a token (6 characters or more)."""
+    for part in sorted(set(re.split(r"[/:@?&=#,]+", url.partition("://")[2])), key=len, reverse=True):
+        if len(part) >= 6:
+            text = text.replace(part, "***")
+    return text
 
 
 def send(title: str, body: str, targets: Targets, level: str = "info") -> list[str]:
@@ -104,17 +114,19 @@ def send(title: str, body: str, targets: Targets, level: str = "info") -> list[s
         "failure": apprise.NotifyType.FAILURE,
     }[level]
     failures = []
-    for url in targets.urls:
+    for index, url in enumerate(targets.urls, 1):
         app = apprise.Apprise()
         if not app.add(with_timeouts(url)):
-            failures.append(f"{redact(url)} from {targets.source}: not a URL apprise knows; see apprise's URL list")
+            failures.append(
+                f"{redact(url, index)} from {targets.source}: not a URL apprise knows; see apprise's URL list"
+            )
             continue
         # apprise says why a send failed only through logging; catch it for the one-line report.
         with apprise.LogCapture(level=apprise.logging.WARNING) as log:
             ok = bool(app.notify(title=title, body=body, notify_type=notify_type))
         if not ok:
             said = " ".join(line.split(" - ", 2)[-1].strip() for line in log.getvalue().splitlines() if line.strip())
-            failures.append(f"{redact(url)}: not delivered ({said or 'no reason given'})")
+            failures.append(f"{redact(url, index)}: not delivered ({scrub(said, url) or 'no reason given'})")
     return failures
 
 

@@ -4,8 +4,10 @@ _job.sbatch runs this as its last act when `MAX_RETRIES` is above 0, in the envi
 submitted with (its own additions and Slurm's SLURM_* variables removed), so the next attempt is what the
 user asked for, not what the batch script made of it. Steps:
 
-1. Decide (`decide`), from the job log alone: the status in its JOB SUMMARY and the failure class that
-   `jobkit why` gives. Retried: a hang, a distributed (coordination/heartbeat) timeout, a collective error,
+1. Decide (`decide`), from the job log: the status in its JOB SUMMARY and the failure class that
+   `jobkit why` gives. A hang, or a time limit the batch script acted on, also needs the marker the job's own
+   watchdog or batch script wrote (hang_watchdog.read_marker, time_limit_requested): a log line alone may have
+   been appended by a teammate in a shared workspace, and is not retried. Retried: a hang, a distributed (coordination/heartbeat) timeout, a collective error,
    a node failure, a preemption, a time limit (also a training that stopped itself because Slurm warned of
    the limit: the `TIME LIMIT` line of _job.sbatch), a GPU hardware fault. Never: success, a cancel by a
    person, OOM, a config error, a Python exception, anything unknown: another attempt fails the same way.
@@ -13,7 +15,7 @@ user asked for, not what the batch script made of it. Steps:
    along with every host earlier attempts excluded.
 3. Claim: `<job dir>/requeue.json` is created exclusively (O_EXCL), so whoever else might requeue the same
    job (a second call, a monitor) finds it taken and does nothing.
-4. Submit: the snapshot's own submit.sh with the original arguments (SUBMIT_ARGV, written by submit.sh),
+4. Submit: the snapshot's own submit.sh with the original arguments (SUBMIT_ARGV, a JSON array written by submit.sh),
    reusing the same snapshot, with ATTEMPT=n+1 and RETRY_OF=<this job>. With checkpointing on, MaxText
    resumes from the last checkpoint in the shared output directory.
 5. Record: the new job id in requeue.json, a `next` link in this job dir (the new job dir gets `previous`
@@ -33,9 +35,10 @@ from pathlib import Path
 
 import click
 
-from jobkit.core import failures, logparse
+from jobkit.core import failures, files, logparse
 from jobkit.core.errors import EXIT_BAD_INPUT, EXIT_NOT_RETRIED, JobkitError
 from jobkit.core.nodelist import expand_nodelist
+from jobkit.ops import hang_watchdog
 
 RETRYABLE = {
     "hang",
@@ -79,12 +82,28 @@ def _int(value: str | None, default: int) -> int:
         return default
 
 
-def outcome(log: logparse.JobLog, text: str) -> failures.Failure | None:
-    """How the job of LOG (its tail TEXT) ended, as a failure class; None for a success or a job not ended."""
+def _unverified(claim: str, job_dir: Path, job_id: str, check) -> failures.Failure | None:
+    """None when CHECK(job_dir, job_id) confirms what the log claims, else the class `unverified` saying why."""
+    try:
+        if check(job_dir, job_id):
+            return None
+        why = "this job's watchdog left no marker in " + str(job_dir)
+    except files.Untrusted as exc:
+        why = f"ignored {exc}"
+    return failures.Failure("unverified", f"the log says {claim}, but {why}")
+
+
+def outcome(log: logparse.JobLog, text: str, job_dir: Path) -> failures.Failure | None:
+    """How the job of LOG (its tail TEXT; its dir JOB_DIR) ended, as a failure class; None for a success or a
+    job not ended."""
     if log.footer_status in (None, "SUCCESS"):
         return None
+    job_id = log.header.get("JOB_ID", "")
     limit = TIME_LIMIT_LINE.search(text)
     if limit:
+        bad = _unverified("TIME LIMIT", job_dir, job_id, hang_watchdog.time_limit_requested)
+        if bad:
+            return bad
         # Slurm warned of the limit and training was asked to save and stop: whether it then exited 0
         # (STOPPED) or had to be killed, the cause is the limit.
         return failures.Failure("time-limit", evidence=failures._line_at(text, limit.start()))
@@ -92,11 +111,15 @@ def outcome(log: logparse.JobLog, text: str) -> failures.Failure | None:
         stopped = re.search(r"Training stopped: (.*?)\.?$", text, re.M)
         return failures.Failure("stopped-early", stopped.group(1) if stopped else "")
     nodes = expand_nodelist(log.header.get("JOB_NODELIST", ""))
-    return failures.classify(text, log.footer_status, log.footer_exit, has_steps=bool(log.entries), nodes=nodes)
+    found = failures.classify(text, log.footer_status, log.footer_exit, has_steps=bool(log.entries), nodes=nodes)
+    if found.reason == "hang":
+        return _unverified("HANG", job_dir, job_id, hang_watchdog.read_marker) or found
+    return found
 
 
-def decide(log: logparse.JobLog, text: str, env: dict[str, str]) -> Decision:
-    """Whether the job in LOG (its tail TEXT) gets another attempt, and which hosts it must avoid."""
+def decide(log: logparse.JobLog, text: str, env: dict[str, str], job_dir: Path) -> Decision:
+    """Whether the job in LOG (its tail TEXT, its dir JOB_DIR) gets another attempt, and which hosts it must
+    avoid."""
     attempt = _int(env.get("ATTEMPT") or log.header.get("ATTEMPT"), 1)
     max_retries = _int(env.get("MAX_RETRIES") or log.header.get("MAX_RETRIES"), 0)
     earlier = [h for h in (env.get("REQUEUE_EXCLUDE") or "").split(",") if h]
@@ -106,9 +129,11 @@ def decide(log: logparse.JobLog, text: str, env: dict[str, str]) -> Decision:
 
     if log.footer_status is None:
         return no("the log has no JOB SUMMARY (the job is still running, or died without one)")
-    found = outcome(log, text)
+    found = outcome(log, text, job_dir)
     if found is None:
         return no("succeeded")
+    if found.reason == "unverified":
+        return no(f"{found.detail} (not retried)")
     if found.reason == "stopped-early":
         return no(f"{found.label} (not retried: not for a time limit)")
     if found.reason not in RETRYABLE:
@@ -121,6 +146,17 @@ def decide(log: logparse.JobLog, text: str, env: dict[str, str]) -> Decision:
         decision.retry = False
         decision.why = f"{found.label}; retries used up ({max_retries} allowed, this was attempt {attempt})"
     return decision
+
+
+def read_submit_argv(value: str) -> list[str]:
+    """SUBMIT_ARGV as submit.sh wrote it: a JSON array of strings (exact), or, from jobs submitted before that,
+    `printf %q` words (shlex reads them, except the $'...' that bash writes for a tab or a newline)."""
+    if value.startswith("["):
+        argv = json.loads(value)
+        if not isinstance(argv, list) or not all(isinstance(a, str) for a in argv):
+            raise ValueError("not a JSON list of strings")
+        return argv
+    return shlex.split(value)
 
 
 def split_submit_argv(argv: list[str]) -> tuple[str, list[str], list[str]]:
@@ -156,7 +192,7 @@ def with_exclude(sbatch_args: list[str], hosts: list[str]) -> list[str]:
 def claim(job_dir: Path, decision: Decision) -> bool:
     """Take the job's one requeue; False when someone already did."""
     try:
-        fd = os.open(job_dir / CLAIM_FILE, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        fd = os.open(job_dir / CLAIM_FILE, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
     except FileExistsError:
         return False
     with os.fdopen(fd, "w") as fh:
@@ -168,9 +204,7 @@ def _record(job_dir: Path, **fields) -> None:
     path = job_dir / CLAIM_FILE
     data = json.loads(path.read_text())
     data.update(fields)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data, indent=1) + "\n")
-    tmp.replace(path)  # rename is atomic: a reader sees the old record or the new one
+    files.write_atomic(path, json.dumps(data, indent=1) + "\n")  # never through a planted link
 
 
 def submit(log_path: Path, decision: Decision, env: dict[str, str]) -> tuple[str, Path]:
@@ -179,7 +213,7 @@ def submit(log_path: Path, decision: Decision, env: dict[str, str]) -> tuple[str
     if not launcher or not (Path(launcher) / "submit.sh").is_file():
         raise RequeueError(f"no snapshot with submit.sh at MAXTEXT_LAUNCHER_DIR={launcher!r}; resubmit by hand")
     try:
-        spec, sbatch_args, passthrough = split_submit_argv(shlex.split(env.get("SUBMIT_ARGV", "")))
+        spec, sbatch_args, passthrough = split_submit_argv(read_submit_argv(env.get("SUBMIT_ARGV", "")))
     except ValueError as exc:
         raise RequeueError(f"SUBMIT_ARGV cannot be read ({exc}); resubmit by hand") from None
     job = logparse.parse_file(str(log_path)).header
@@ -210,10 +244,10 @@ def submit(log_path: Path, decision: Decision, env: dict[str, str]) -> tuple[str
 def requeue(log_path: Path, env: dict[str, str]) -> tuple[Decision, str | None]:
     """Decide, claim, submit and record; returns the decision and the new job id (None if not requeued)."""
     log = logparse.load(str(log_path))
-    decision = decide(log, failures.read_tail(str(log_path)), env)
+    job_dir = log_path.with_suffix("")
+    decision = decide(log, failures.read_tail(str(log_path)), env, job_dir)
     if not decision.retry:
         return decision, None
-    job_dir = log_path.with_suffix("")
     job_dir.mkdir(exist_ok=True)
     if not claim(job_dir, decision):
         return Decision(False, f"already requeued (see {job_dir / CLAIM_FILE})", decision.attempt, 0), None
@@ -238,7 +272,8 @@ def command(log, dry_run):
     try:
         if dry_run:
             parsed = logparse.load(log)
-            decision, job_id = decide(parsed, failures.read_tail(log), dict(os.environ)), None
+            decision = decide(parsed, failures.read_tail(log), dict(os.environ), path.with_suffix(""))
+            job_id = None
         else:
             decision, job_id = requeue(path, dict(os.environ))
     except logparse.LogError as exc:

@@ -70,7 +70,7 @@ def resume_command(ctx, sweep_id):
     """Run sweep SWEEP_ID again with its own settings; finished points are not run again."""
     try:
         sweep = state.open_sweep(sweep_id)
-        plan = sweep.plan()
+        plan = sweep.trusted_plan()
     except state.SweepError as exc:
         raise JobkitError("sweep", str(exc)) from None
     if plan.get("state") == state.FINISHED:

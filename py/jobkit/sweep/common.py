@@ -95,6 +95,63 @@ def options(func):
     return func
 
 
+# The sbatch options a sweep passes on (--sbatch-arg), and `resume` replays from plan.json: where and how
+# long the jobs run. Not where their output goes, which directory or environment they start in, their name,
+# or a script of their own (--output, --chdir, --export, -J, --wrap, a stray word sbatch would take for the
+# batch script...): submit.sh sets those, and a plan edited by someone else must not.
+SBATCH_VALUE_OPTIONS = {
+    "--nodes": "-N",
+    "--nodelist": "-w",
+    "--exclude": "-x",
+    "--partition": "-p",
+    "--time": "-t",
+    "--time-min": None,
+    "--account": "-A",
+    "--qos": "-q",
+    "--reservation": None,
+    "--gres": None,
+    "--gpus": "-G",
+    "--gpus-per-node": None,
+    "--gpus-per-task": None,
+    "--gpus-per-socket": None,
+    "--constraint": "-C",
+    "--mem": None,
+    "--mem-per-cpu": None,
+    "--mem-per-gpu": None,
+    "--cpus-per-task": "-c",
+    "--cpus-per-gpu": None,
+    "--ntasks": "-n",
+    "--ntasks-per-node": None,
+}
+SBATCH_FLAGS = {"--exclusive"}  # takes its value only as --exclusive=...: never the next word
+_SHORT = {short: long for long, short in SBATCH_VALUE_OPTIONS.items() if short}
+
+
+def check_sbatch_args(args: tuple[str, ...] | list[str]) -> None:
+    """Raises JobkitError (one line) unless every word of ARGS is an allowed sbatch option or its value, read
+    the way sbatch's getopt reads them."""
+    allowed = ", ".join([*(f"{s + '/' if s else ''}{long}" for long, s in SBATCH_VALUE_OPTIONS.items()), *SBATCH_FLAGS])
+
+    def refuse(word: str) -> JobkitError:
+        return JobkitError("sweep", f"sbatch argument {word!r} is not one a sweep passes on; use only {allowed}")
+
+    words = list(args)
+    i = 0
+    while i < len(words):
+        word = words[i]
+        name = word.split("=", 1)[0] if word.startswith("--") else word[:2]
+        if name in SBATCH_FLAGS:
+            i += 1
+            continue
+        if name not in SBATCH_VALUE_OPTIONS and name not in _SHORT:
+            raise refuse(word)
+        attached = "=" in word if word.startswith("--") else len(word) > 2
+        if not attached and (i + 1 >= len(words) or words[i + 1].startswith("-")):
+            # A value that looks like an option ('--' above all, where submit.sh splits its arguments) is refused.
+            raise JobkitError("sweep", f"sbatch argument {word!r} needs a value (as {_SHORT.get(name, name)}=VALUE)")
+        i += 1 if attached else 2
+
+
 def runner_for(sweep: state.Sweep, params: dict) -> Runner:
     env = dict(os.environ, JOB_WORKSPACE=str(state.workspace()))
     if params.get("local"):
@@ -114,6 +171,7 @@ def execute(driver: str, model: str, body: Callable[[Engine], str]) -> None:
     params = dict(click.get_current_context().params)
     sweep_id = params.get("sweep_id") or default_id(driver, model)
     stored = {k: v for k, v in params.items() if k != "sweep_id"}
+    check_sbatch_args(params.get("sbatch_args") or ())
     try:
         sweep, resumed = state.start(sweep_id, driver, _jsonable(stored))
     except state.SweepError as exc:

@@ -8,17 +8,20 @@
 
 Drivers are deterministic given the outcomes of their points, so resuming is replaying the driver with
 the recorded outcomes: a point whose "done" record exists is answered from it and never run again.
-plan.json is replaced by rename (atomic), so a reader never sees half of it.
+plan.json is replaced by rename (atomic), so a reader never sees half of it. `resume` replays it as command
+options (sbatch arguments included), so it replays only a plan.json of the caller's that nobody else can
+write (`trusted_plan`): in a shared workspace a teammate's edit would decide what the owner submits.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
 import time
 from pathlib import Path
 
-from jobkit.core import paths
+from jobkit.core import files, paths
 from jobkit.sweep.jobs import Outcome
 
 RUNNING, INTERRUPTED, STOPPED, FINISHED = "running", "interrupted", "stopped", "finished"
@@ -62,10 +65,20 @@ class Sweep:
         except (OSError, ValueError) as exc:
             raise SweepError(f"sweep {self.id}: cannot read {self.plan_file} ({exc}); it is not a sweep dir") from exc
 
+    def trusted_plan(self) -> dict:
+        """The plan, when it is the caller's own file that nobody else can write (what resume may replay)."""
+        try:
+            return json.loads(files.read_own(self.plan_file, private=True))
+        except files.Untrusted as exc:
+            raise SweepError(
+                f"sweep {self.id}: not replaying {exc}; a plan others can change decides what resume submits:"
+                " start the sweep again under a new --id"
+            ) from None
+        except (OSError, ValueError) as exc:
+            raise SweepError(f"sweep {self.id}: cannot read {self.plan_file} ({exc}); it is not a sweep dir") from exc
+
     def write_plan(self, plan: dict) -> None:
-        tmp = self.plan_file.with_suffix(".tmp")
-        tmp.write_text(json.dumps(plan, indent=2) + "\n")
-        tmp.replace(self.plan_file)  # rename is atomic: readers see the old plan or the new one
+        files.write_atomic(self.plan_file, json.dumps(plan, indent=2) + "\n")  # whole, never through a link
 
     def set_state(self, state: str, reason: str = "") -> None:
         plan = self.plan()
@@ -79,7 +92,7 @@ class Sweep:
 
     def record(self, event: str, key: str, **data) -> None:
         line = json.dumps({"event": event, "key": key, "time": time.strftime("%Y-%m-%dT%H:%M:%S"), **data})
-        with open(self.points_file, "a") as fh:
+        with os.fdopen(files.open_append(self.points_file, 0o666), "a") as fh:  # never through a planted link
             fh.write(line + "\n")
 
     def events(self) -> list[dict]:
@@ -107,9 +120,7 @@ class Sweep:
         return self.path / "summary.md"
 
     def write_summary(self, text: str) -> None:
-        tmp = self.summary_file.with_suffix(".tmp")
-        tmp.write_text(text)
-        tmp.replace(self.summary_file)
+        files.write_atomic(self.summary_file, text)
 
 
 def open_sweep(sweep_id: str) -> Sweep:

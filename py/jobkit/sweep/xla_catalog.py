@@ -17,6 +17,7 @@ from pathlib import Path
 import yaml
 
 from jobkit.core import config as maxtext_config
+from jobkit.core.paths import CONFIGS_DIR
 from jobkit.sweep import state
 from jobkit.sweep.jobs import Point
 
@@ -29,6 +30,14 @@ _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _FLAG = re.compile(r"^--[A-Za-z0-9_]+(=\S*)?$")  # what train_env.sh accepts as a flag line
 # Settings the driver owns: a job-wide _env_ of these would undo what each profile sets.
 _DRIVER_ENV = {"XLA_FLAGS", "TUNE_PROFILE", "TUNE_PROFILE_FILE"}
+# The name families a profile may set: the list train_env.sh holds TUNE_PROFILE_FILE lines to.
+TUNE_ENV_PREFIXES_FILE = CONFIGS_DIR / "tune_env_prefixes.txt"
+
+
+def tune_env_prefixes() -> tuple[str, ...]:
+    """The prefixes of configs/tune_env_prefixes.txt (comments and blank lines skipped)."""
+    lines = TUNE_ENV_PREFIXES_FILE.read_text().splitlines()
+    return tuple(line.strip() for line in lines if line.strip() and not line.lstrip().startswith("#"))
 
 
 # --- 1. loading and checking ---
@@ -93,6 +102,28 @@ def load_catalog(path: Path) -> list[Profile]:
     return [_profile(where, name, body) for name, body in profiles.items()]
 
 
+def _profile_env(at: str, env) -> list[tuple[str, str]]:
+    """A profile's env: mapping as (NAME, value) pairs; SweepError naming the first bad entry."""
+    if not isinstance(env, dict):
+        raise state.SweepError(f"{at}.env: must be a mapping NAME: value")
+    pairs = []
+    for key, value in env.items():
+        if not isinstance(key, str) or not _ENV_NAME.match(key):
+            hint = " (YAML reads on/off/yes/no as true/false: quote the name)" if isinstance(key, bool) else ""
+            raise state.SweepError(f"{at}.env: {key!r} is not an environment variable name (letters, digits, _){hint}")
+        if key in _DRIVER_ENV:
+            raise state.SweepError(f"{at}.env.{key}: set by the sweep itself; put XLA flags under xla_flags")
+        if not key.startswith(tune_env_prefixes()):
+            raise state.SweepError(
+                f"{at}.env.{key}: not a tuning variable (a profile may set names starting with "
+                f"{', '.join(tune_env_prefixes())}; see {TUNE_ENV_PREFIXES_FILE.name})"
+            )
+        if value is None or isinstance(value, dict | list) or "\n" in str(value):
+            raise state.SweepError(f"{at}.env.{key}: the value must be one line of text or a number")
+        pairs.append((key, _env_value(value)))
+    return pairs
+
+
 def _profile(where: str, name, body) -> Profile:
     at = f"catalog {where}: profiles.{name}"
     if not isinstance(name, str) or not _NAME.match(name):
@@ -115,19 +146,7 @@ def _profile(where: str, name, body) -> Profile:
     for flag in flags:
         if not isinstance(flag, str) or not _FLAG.match(flag):
             raise state.SweepError(f"{at}.xla_flags: {flag!r} is not a flag (--name=value, no spaces)")
-    env = body.get("env") or {}
-    if not isinstance(env, dict):
-        raise state.SweepError(f"{at}.env: must be a mapping NAME: value")
-    pairs = []
-    for key, value in env.items():
-        if not isinstance(key, str) or not _ENV_NAME.match(key):
-            hint = " (YAML reads on/off/yes/no as true/false: quote the name)" if isinstance(key, bool) else ""
-            raise state.SweepError(f"{at}.env: {key!r} is not an environment variable name (letters, digits, _){hint}")
-        if key in _DRIVER_ENV:
-            raise state.SweepError(f"{at}.env.{key}: set by the sweep itself; put XLA flags under xla_flags")
-        if value is None or isinstance(value, dict | list) or "\n" in str(value):
-            raise state.SweepError(f"{at}.env.{key}: the value must be one line of text or a number")
-        pairs.append((key, _env_value(value)))
+    pairs = _profile_env(at, body.get("env") or {})
     if not flags and not pairs:
         raise state.SweepError(f"{at}: empty profile (no xla_flags, no env); it would be the baseline again")
     tags = body.get("parallelism") or []
