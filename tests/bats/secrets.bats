@@ -16,6 +16,14 @@ setup() {
   unset PASS_ENV _DEBUG MAX_RETRIES
 }
 
+# hashed_snapshot: a copy of the scripts as submit.sh leaves them (private, read by the batch script only with its
+# sha256), in SNAP and SNAP_SHA: _job.sbatch runs nothing from a snapshot it cannot verify.
+hashed_snapshot() {
+  SNAP=$(copy_repo)
+  chmod go-w "$SNAP" "${SNAP%/*}"
+  SNAP_SHA=$("$SNAP/_job.sbatch" --snapshot-sha256 "$SNAP")
+}
+
 # stub_slurm: an sbatch that records its argv and environment and answers job 7; squeue and scontrol.
 stub_slurm() {
   make_stub sbatch "printf '%s\n' \"\$@\" >'$BATS_TEST_TMPDIR/sbatch.args'; env >'$BATS_TEST_TMPDIR/sbatch.env'; echo 7"
@@ -60,12 +68,13 @@ value_after() { grep -A1 -x -- "$2" "$1" | sed -n 2p; }
 @test "_job.sbatch under _DEBUG=1: the trace holds no value of the submit environment; the header is masked" {
   stub_slurm
   make_stub srun 'exit 0'   # every stage "passes" without running: this test is about the batch script
+  hashed_snapshot
   mkdir -p "$JOB_WORKSPACE"
   local log=$JOB_WORKSPACE/77-JAX-tiny.log
   # MAX_RETRIES=1: the requeue step hands the captured environment to `jobkit requeue` (it decides not to).
   HF_TOKEN=$ENV_SECRET _DEBUG=1 MAX_RETRIES=1 SLURM_JOB_ID=77 SLURM_JOB_NAME=JAX-tiny SLURM_JOB_NUM_NODES=1 \
-    SLURM_JOB_NODELIST=node1 MAXTEXT_LAUNCHER_DIR=$REPO_DIR \
-    "$REPO_DIR/_job.sbatch" tiny -- steps=3 "_env_WANDB_API_KEY=$SECRET" >"$log" 2>&1
+    SLURM_JOB_NODELIST=node1 MAXTEXT_LAUNCHER_DIR=$SNAP ARTIFACT_SHA256=$SNAP_SHA \
+    "$SNAP/_job.sbatch" tiny -- steps=3 "_env_WANDB_API_KEY=$SECRET" >"$log" 2>&1
   grep -q '^+ _SUBMIT_ENV\|^+ TRAIN_ARGS=' "$log"     # it was traced: set -x was on
   grep -q '== JOB SUMMARY ==' "$log"
   grep -q '^== not requeued: ' "$log"   # the requeue step ran, the environment on its stdin
@@ -76,8 +85,9 @@ value_after() { grep -A1 -x -- "$2" "$1" | sed -n 2p; }
 @test "_job.sbatch refuses a job name that is not a file name (renamed after submit.sh), creating nothing" {
   stub_slurm
   make_stub srun 'exit 0'
+  hashed_snapshot
   SLURM_JOB_ID=78 SLURM_JOB_NAME='../../x' SLURM_JOB_NUM_NODES=1 SLURM_JOB_NODELIST=node1 \
-    MAXTEXT_LAUNCHER_DIR=$REPO_DIR run "$REPO_DIR/_job.sbatch" tiny -- steps=3
+    MAXTEXT_LAUNCHER_DIR=$SNAP ARTIFACT_SHA256=$SNAP_SHA run "$SNAP/_job.sbatch" tiny -- steps=3
   [ "$status" -eq 2 ]
   [ "$output" = "_job.sbatch: job name '../../x' is not a file name (letters, digits, . _ + -); submit with submit.sh, which names the job" ]
   [ ! -e "$JOB_WORKSPACE" ]
