@@ -5,8 +5,10 @@ namespace with its own hostname and 10.77.0.x address. It comes up once per sess
 """
 
 import json
+import os
 import re
 import shutil
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -360,3 +362,118 @@ def test_scancel_of_a_two_node_ray_job_loses_no_step_from_its_tsdb(slurm_env):
     assert (job_dir / "prometheus" / "tb_backfill.done.json").exists(), err
     assert [s["value"][1] for s in newest] == [str(logged[-1])], (newest, logged[-5:], err)
     assert [s["value"][1] for s in counted] == [str(len(logged))], (counted, len(logged), err)
+
+
+def _start_long_ray_job(env, steps_seen=5):
+    """A 2-node RAY=1 job with steps to spare, once rank 0 has logged step STEPS_SEEN: (job id, log, job dir)."""
+    result = submit(
+        env,
+        "tiny",
+        "-N",
+        "2",
+        "--",
+        "steps=100000",
+        extra_env={"RAY": "1", "EXPORTER_INTERVAL": "2", "TENSORBOARD": "0"},
+    )
+    assert result.returncode == 0, result.stderr
+    job_id, log = job_id_of(result), log_of(result)
+    deadline = time.monotonic() + 480
+    while time.monotonic() < deadline:
+        text = log.read_text() if log.exists() else ""
+        if re.search(rf"^0: .*completed step: {steps_seen},", text, re.M):
+            return job_id, log, Path(env["JOB_WORKSPACE"]) / log.name.removesuffix(".log")
+        assert "JOB SUMMARY" not in text, text[-4000:]
+        time.sleep(1)
+    pytest.fail(f"rank 0 of job {job_id} never reached step {steps_seen}")
+
+
+def _cancel_and_wait(env, job_id, log):
+    subprocess.run(["scancel", job_id], env=env, check=True)
+    _, text = wait_for_end(env, job_id, log, timeout=120)
+    deadline = time.monotonic() + 30
+    while live_processes_of(job_id) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    return text
+
+
+@pytest.mark.skipif(not (shutil.which("curl") and shutil.which("setpriv")), reason="needs curl and setpriv")
+def test_another_user_on_the_cluster_network_cannot_drive_a_ray_jobs_cluster(slurm_env, tmp_path):
+    """Security report N1/N2: during a RAY=1 job, another user (nobody) on the other node POSTed a shell command
+    to the dashboard agent's job API on rank 0's cluster address, and on node 1's loopback to the dashboard's;
+    a driver without credentials read the actor table through GCS and killed the actors. With the job's
+    token required, every one of them is refused, the token is unreadable to that user, and training goes on."""
+    job_id, log, job_dir = _start_long_ray_job(slurm_env)
+    head = header(log.read_text())
+    head_ip, ray_port = head["JAX_COORDINATOR_IP"], head["RAY_PORT"]
+    dashboard = re.search(r"Ray dashboard http://localhost:(\d+)", log.read_text()).group(1)
+    agent = None
+    for pid in live_processes_of(job_id, f"--node-ip-address={head_ip}".encode()):
+        found = re.search(rb"--listen-port=(\d+)", Path(f"/proc/{pid}/cmdline").read_bytes())
+        agent = agent or (found and found.group(1).decode())
+    assert agent, "no dashboard agent port on rank 0's raylet"
+    canary = tmp_path / "ran_as_the_jobs_owner"
+    body = json.dumps({"entrypoint": f"touch {canary}", "entrypoint_num_cpus": 0})
+    nobody = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+
+    def as_nobody_on(node, *argv):
+        return subprocess.run(
+            ["nsenter", f"--net=/run/netns/mxlc-{node}", *nobody, *argv], capture_output=True, text=True, timeout=60
+        )
+
+    post = ["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", "-X", "POST", "-H", "Content-Type: application/json"]
+    try:
+        agent_reply = as_nobody_on("node2", *post, "-d", body, f"http://{head_ip}:{agent}/api/job_agent/jobs/")
+        dash_reply = as_nobody_on("node1", *post, "-d", body, f"http://127.0.0.1:{dashboard}/api/jobs/")
+        token = job_dir / ".ray" / "auth" / "token"
+        read = as_nobody_on("node1", "cat", str(token))
+        # GCS: a driver that has no token (as root, so that only the token differs from the job's own driver).
+        probe = (
+            "import ray, sys\n"
+            f"try:\n    ray.init(address='{head_ip}:{ray_port}', logging_level='ERROR')\n"
+            "except Exception as exc:\n    sys.exit(f'refused: {type(exc).__name__}')\n"
+            "print('connected', [a['class_name'] for a in ray.util.state.list_actors()])\n"
+        )
+        no_token = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
+        driver = subprocess.run(
+            ["nsenter", "--net=/run/netns/mxlc-node2", str(REPO / ".venv" / "bin" / "python"), "-c", probe],
+            env=dict(no_token, HOME=str(tmp_path)),
+            capture_output=True,
+            text=True,
+            timeout=240,
+        )
+        steps_before = len(STEP_RE.findall(log.read_text()))
+        time.sleep(3)  # training goes on: more steps than before the probes' last
+        steps_after = len(STEP_RE.findall(log.read_text()))
+    finally:
+        text = _cancel_and_wait(slurm_env, job_id, log)
+    assert (agent_reply.stdout, dash_reply.stdout) == ("401", "401"), (agent_reply, dash_reply)
+    assert read.returncode != 0 and "Permission denied" in read.stderr and read.stdout == ""
+    assert driver.returncode != 0 and "connected" not in driver.stdout, driver.stdout + driver.stderr[-2000:]
+    assert not canary.exists()
+    assert steps_after > steps_before
+    assert "its Ray actor died" not in text and "Status: CANCELLED (exit 143)" in text, text[-3000:]
+
+
+def test_a_ray_head_whose_teardown_never_ran_ends_with_the_job(slurm_env):
+    """Security report N3: rank 0's teardown cut short (here its training tier KILLed, so no trap runs) left the
+    Ray head's GCS, raylet and dashboard running after the job, still answering on the node: `ray start`
+    detaches them, and Slurm's proctrack/linuxproc finds a job's processes by their parents. Under `jobkit reap`
+    they stay below the task, and nothing of the job outlives it."""
+    job_id, log, _ = _start_long_ray_job(slurm_env)
+    rank0 = [
+        pid
+        for pid in live_processes_of(job_id, b"_train.sh")
+        if b"NODE_RANK=0" in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        and Path(f"/proc/{pid}/comm").read_text().strip() == "_train.sh"
+    ]
+    ray_daemons = live_processes_of(job_id, b"--temp-dir=/tmp/mxray.")
+    assert rank0 and ray_daemons, (rank0, ray_daemons)
+    for pid in rank0:
+        os.kill(pid, signal.SIGKILL)
+    _, text = wait_for_end(slurm_env, job_id, log, timeout=180)
+    deadline = time.monotonic() + 30
+    while live_processes_of(job_id) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    left = {pid: Path(f"/proc/{pid}/cmdline").read_bytes()[:120] for pid in live_processes_of(job_id)}
+    assert left == {}, left
+    assert "Status: FAILED" in text, text[-3000:]
