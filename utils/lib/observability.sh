@@ -37,6 +37,8 @@ source "$_OBS_DIR/cluster_ip.sh"
 source "$_OBS_DIR/free_port.sh"
 # shellcheck source=utils/lib/ray_cluster.sh
 source "$_OBS_DIR/ray_cluster.sh"
+# shellcheck source=utils/lib/workspace.sh
+source "$_OBS_DIR/workspace.sh"
 # shellcheck source=utils/lib/prometheus.sh
 source "$_OBS_DIR/prometheus.sh"
 
@@ -105,7 +107,12 @@ _obs_init() {
   # srun's per-task prefix under Slurm), instead of streaming every line through Ray to rank 0.
   # Only a pipe or a terminal: a regular file's shared offset would let the shell's writes overwrite the child's.
   [[ -p /dev/stdout || -t 1 ]] && _OBS[sink]=/proc/$$/fd/1
-  mkdir -p "${_OBS[shared]}"
+  # Rank 0's verdict for the other ranks lives here: nobody else may plant one (every rank runs as the same uid).
+  if ! ip_err=$(workspace_private_dir "${_OBS[shared]}"); then
+    _obs_log "[!] $ip_err: training without observability (remove it, or use a job dir only you can write)"
+    rm -rf "${_OBS[state]}" "${_OBS[ray_tmp]}"
+    return 1
+  fi
 
   ip_err=${_OBS[state]}/ip.err
   if ((NNODES == 1)); then
@@ -245,9 +252,11 @@ _obs_join_head() {
 
 # Publishes this node's Ray metrics port to Prometheus (file_sd, job "ray").
 _obs_publish_ray_metrics() {
-  local file=${_OBS[job_path]}/prometheus/targets/ray/${_OBS[host]}.json
+  local file=${_OBS[job_path]}/prometheus/targets/ray/${_OBS[host]}.json tmp
+  # A fresh name (mktemp: O_EXCL), renamed over the target: nothing planted at a fixed temp name is followed.
+  tmp=$(mktemp "$file.XXXXXX") || return 0
   printf '[{"targets": ["%s:%s"], "labels": {"host": "%s"}}]\n' "${_OBS[ip]}" "${_OBS[ray_metrics_port]}" \
-    "${_OBS[host]}" >"$file.tmp" && mv -f "$file.tmp" "$file"
+    "${_OBS[host]}" >"$tmp" && mv -f "$tmp" "$file"
   _OBS[ray_sd_file]=$file
 }
 

@@ -60,6 +60,8 @@ source "$_RAY_CLUSTER_SH_DIR/free_port.sh"
 source "$_RAY_CLUSTER_SH_DIR/process.sh"
 # shellcheck source=utils/lib/settings.sh disable=SC1091
 source "$_RAY_CLUSTER_SH_DIR/settings.sh"
+# shellcheck source=utils/lib/workspace.sh disable=SC1091
+source "$_RAY_CLUSTER_SH_DIR/workspace.sh"
 
 _ray_err() { echo "ray_cluster: $*" >&2; }
 
@@ -221,18 +223,14 @@ _ray_check_token() {
 }
 
 ray_make_token() {
-  local file=${1:-} dir owner mode tmp
+  local file=${1:-} dir why tmp
   if [[ -z $file || $file != /* ]]; then
     _ray_err "ray_make_token needs an absolute FILE path (got '${file}')"
     return 2
   fi
   dir=$(dirname -- "$file")
-  # mkdir -m sets the mode of the directory it creates; an existing one is checked below.
-  [[ -d $dir ]] || mkdir -m 0700 -- "$dir" 2>/dev/null ||
-    { _ray_err "cannot create $dir for the Ray token; check that its parent is writable"; return 1; }
-  read -r owner mode < <(stat -c '%u %a' -- "$dir")
-  if [[ -L $dir || $owner != "$EUID" ]] || ((8#$mode & 022)); then
-    _ray_err "$dir (owner uid $owner, mode $mode) is not a private directory of yours; use a directory only you can write for the Ray token"
+  if ! why=$(workspace_private_dir "$dir"); then
+    _ray_err "$why: not a private directory of yours; use a directory only you can write for the Ray token"
     return 1
   fi
   if [[ -e $file || -L $file ]]; then
