@@ -210,3 +210,19 @@ tree_of() {
   [ "$(proc_table | wc -l)" -ge "$(find /proc -maxdepth 1 -name '[0-9]*' | wc -l | awk '{print int($1 * 0.9)}')" ]
   proc_stop -g 2 "$SPAWNED"
 }
+
+@test "proc_reaper: the words that run a command under jobkit reap; nothing but a warning when Python cannot run it" {
+  local -a words=()
+  mapfile -d '' -t words < <(proc_reaper "$REPO_DIR")
+  [ "${words[*]: -4}" = "reap --grace 0 --" ]
+  [ "${words[1]}" = "$REPO_DIR/py/bin/jobkit" ]
+  run "${words[@]}" bash -c 'exit 5'
+  [ "$status" -eq 5 ]
+  # A Python without click (an image's bare interpreter): the caller runs the command as it is, and says why.
+  mkdir -p "$BATS_TEST_TMPDIR/venv/bin"
+  printf '#!/bin/sh\nexit 1\n' >"$BATS_TEST_TMPDIR/venv/bin/python"
+  chmod +x "$BATS_TEST_TMPDIR/venv/bin/python"
+  VENV_DIR=$BATS_TEST_TMPDIR/venv run proc_reaper "$REPO_DIR"
+  [ "$status" -eq 0 ]
+  [ "$output" = "warning: $BATS_TEST_TMPDIR/venv/bin/python cannot run jobkit reap: a process that detaches from this job may outlive it" ]
+}

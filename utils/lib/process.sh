@@ -27,6 +27,11 @@
 #                              else python3 on PATH; 1 when there is none
 #   proc_jobkit [REPO]         prints the project's `jobkit` command: the venv's console script, else `jobkit`
 #                              on PATH, else <REPO>/py/bin/jobkit (runs the package from the checkout)
+#   proc_reaper [REPO]         prints, NUL-terminated, the words that run a command under `jobkit reap --grace 0`
+#                              (REPO's package, the project's Python): a child subreaper, so that what the
+#                              command's tree detaches (Ray's daemons) stays below it and is KILLed when the
+#                              command ends. Prints nothing, after one warning on stderr, when that Python
+#                              cannot run it: the caller then runs the command as it is.
 
 # The fields of /proc/PID/stat after "(comm) ": comm may hold spaces and parentheses, so split at the last ") ".
 proc_stat() {
@@ -171,4 +176,15 @@ proc_jobkit() {
   if [[ -x $bin/jobkit ]]; then echo "$bin/jobkit"; return 0; fi
   command -v jobkit && return 0
   echo "$(_proc_repo "${1:-}")/py/bin/jobkit"
+}
+
+proc_reaper() {
+  local repo python
+  repo=$(_proc_repo "${1:-}")
+  # No grace: what is left when the command ended had its teardown already (and training ignores TERM).
+  if python=$(proc_python "$repo") && "$python" "$repo/py/bin/jobkit" reap -- true 2>/dev/null; then
+    printf '%s\0' "$python" "$repo/py/bin/jobkit" reap --grace 0 --
+  else
+    echo "warning: ${python:-python3} cannot run jobkit reap: a process that detaches from this job may outlive it" >&2
+  fi
 }
