@@ -75,6 +75,16 @@ setup() { source "$REPO_DIR/utils/lib/job_log.sh"; }
   [ "$output" = "Job received termination signal (SIGTERM); last step 45; checkpoint at step 46 in $BATS_TEST_TMPDIR/ws/pre1/tiny/checkpoints/46" ]
 }
 
+@test "status word: a _DEBUG trace of the summary's own search for an early stop is not an early stop" {
+  printf '%s\n' "0: I1124 05:43:10.913525 1 train.py:1400] completed step: 2, seconds: 0.1" \
+    "+ grep -m1 -o 'Training stopped: .*' /ws/1-JAX-tiny.log" \
+    "0: ++ grep -m1 -o 'Training stopped: .*' /ws/1-JAX-tiny.log" >"$BATS_TEST_TMPDIR/debug.log"
+  [ "$(job_status_word 0 0 "" "$BATS_TEST_TMPDIR/debug.log")" = SUCCESS ]
+  echo "0: I1124 05:43:11.0 1 train.py:1454] Training stopped: Job received termination signal (SIGTERM)." \
+    >>"$BATS_TEST_TMPDIR/debug.log"
+  [ "$(job_status_word 0 0 "" "$BATS_TEST_TMPDIR/debug.log")" = STOPPED ]
+}
+
 @test "status word: a reached target loss is a success; a hang marker makes a failure HANG" {
   printf 'I1124 05:43:10.913525 1 train.py:1454] Training stopped: Target loss self.config.target_eval_loss=2.0 is achieved.\n' \
     >"$BATS_TEST_TMPDIR/target.log"
