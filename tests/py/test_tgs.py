@@ -64,6 +64,16 @@ def test_legacy_slurm_node_count_header():
     assert log.nnodes == 4
 
 
+def test_a_debug_logs_header_is_found_below_its_set_x_trace():
+    """_DEBUG=1 traces the batch script before it prints the header: hundreds of "+ ..." lines come first."""
+    trace = "".join(f"+ some traced command {i}\n++ nested {i}\n" for i in range(200))
+    log = logparse.parse_text(trace + "JOB_ID=147\nNNODES=2\n")
+    assert (log.header["JOB_ID"], log.nnodes) == ("147", 2)
+    # The header is still looked for at the top only: KEY=VALUE lines far into the output are not it.
+    late = "".join(f"line {i}\n" for i in range(60))
+    assert logparse.parse_text(late + "NNODES=2\n").nnodes_header is None
+
+
 def test_footer_status_with_ansi_colour():
     log = logparse.parse_text(HEADER + "==== JOB SUMMARY ====\n  Status: \x1b[31mFAILED (exit 137)\x1b[0m\n")
     assert (log.footer_status, log.footer_exit) == ("FAILED", 137)

@@ -105,8 +105,10 @@ def parse_text(text: str, path: str = "<text>") -> JobLog:
 
 def parse_lines(lines, path: str = "<lines>") -> JobLog:
     log = JobLog(path)
-    for number, line in enumerate(lines):
-        if number < HEADER_SCAN_LINES:
+    scanned = 0  # lines of the top looked at for the header; `set -x` trace lines (_DEBUG=1) do not count
+    for line in lines:
+        if scanned < HEADER_SCAN_LINES and not line.startswith("+"):
+            scanned += 1
             kv = parse_header_line(line)
             if kv and kv[0] not in log.header:
                 log.header[kv[0]] = kv[1]
