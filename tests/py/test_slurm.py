@@ -20,6 +20,7 @@ from prom_query import View, free_port
 from slurm_cluster import job_env, local_cluster  # noqa: F401  (local_cluster: the session fixture)
 
 from jobkit.cli import main as jobkit_main
+from jobkit.core import logparse
 
 REPO = Path(__file__).resolve().parents[2]
 STEP_RE = re.compile(r"^(\d+): .*completed step: (\d+), .*?loss: ([\d.]+)", re.M)
@@ -122,7 +123,8 @@ def test_credentials_stay_out_of_squeue_and_the_log_and_pass_env_delivers_them(s
     state, text = wait_for_end(slurm_env, job_id, log)
     assert "Status: SUCCESS (exit 0)" in text, text[-3000:]  # under _DEBUG too (its trace is not read as the log)
     assert env_secret not in text  # the _DEBUG trace of the batch script and of training
-    assert header(text)["PASSTHROUGH_ARGS"] == '"steps=3 _env_WANDB_API_KEY=***"'
+    # jobkit's own reading of the header (a _DEBUG log has its set -x trace, continuation lines too, above it).
+    assert logparse.parse_text(text).header["PASSTHROUGH_ARGS"] == "steps=3 _env_WANDB_API_KEY=***"
     assert "[_train] PASS_ENV: HF_TOKEN (from the submitting environment; values not shown)" in text
     record = (log.with_suffix("") / "environment.node0.txt").read_text().splitlines()
     assert "HF_TOKEN=***" in record and "PASS_ENV=HF_TOKEN" in record
