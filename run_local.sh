@@ -139,10 +139,11 @@ main() {
   local start=$SECONDS rc=0 cancelled=0 train_pid killer_pid="" oom_before
   oom_before=$(memory_oom_kills)
   # Training runs in its own session: a terminal's Ctrl-C reaches only us, and we stop its whole group. Under
-  # `jobkit reap` (proc_reaper): what its tree detaches into sessions of its own (RAY=1's Ray daemons), which
-  # that group kill would miss, is KILLed when it ends.
+  # `jobkit reap` (proc_reaper) when native: what its tree detaches into sessions of its own (RAY=1's Ray
+  # daemons), which that group kill would miss, is KILLed when it ends. Not for a container: all of training is
+  # in it, and podman's conmon detaches on purpose and must outlive the client to stop it cleanly.
   local -a reaper=()
-  mapfile -d '' -t reaper < <(proc_reaper "$SCRIPT_DIR")
+  [[ $CONTAINER_RUNTIME == none ]] && mapfile -d '' -t reaper < <(proc_reaper "$SCRIPT_DIR")
   setsid "${reaper[@]}" "$SCRIPT_DIR/_container.sh" "$MODEL_NAME" -- "${PASSTHROUGH_ARGS[@]}" &
   train_pid=$!
   _cancel() {

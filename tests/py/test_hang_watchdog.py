@@ -254,10 +254,15 @@ def test_a_planted_marker_is_ignored_and_said_in_the_log(tmp_path, capsys, kind)
     try:
         settings = hw.Settings(floor=3600, compile_allowance=3600, factor=10)  # this node's own limit is far away
         lines = ["completed step: 3, seconds: 0.1, loss: 8\n"]
-        thread = threading.Thread(target=lambda: result.update(rc=run_watchdog(tmp_path, job_id, settings, lines)[1]))
+        (tmp_path / "job.log").write_text("".join(lines))
+        dog = hw.Watchdog(settings, tmp_path / "job.log", job / "hang", job_id, "0", 1, "hostA", interval=0.2)
+        thread = threading.Thread(target=lambda: result.update(rc=dog.run()))
         thread.start()
-        deadline = time.monotonic() + 30
-        while "ignored" not in said and thread.is_alive() and time.monotonic() < deadline:
+        # Training may end only once the watchdog has said what it ignored and is watching training: ended
+        # before the watchdog found it, it would be waited for until start_wait (a race under load).
+        deadline = time.monotonic() + 120
+        while not ("ignored" in said and dog.training_pid == proc.pid) and thread.is_alive():
+            assert time.monotonic() < deadline, f"the watchdog never watched training: {said}"
             said += capsys.readouterr().out
             time.sleep(0.1)
         go.touch()

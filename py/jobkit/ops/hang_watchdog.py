@@ -293,6 +293,7 @@ class Watchdog:
     hang_dir_ok: bool = True  # the hang dir is this user's own: markers and stacks go there
     marker_line: str = ""  # the HANG marker's line, once a trusted one (or our own) is seen
     reported: set[str] = field(default_factory=set)  # the ignored files already said in the log
+    training_pid: int | None = None  # the training process being watched, once found (tests wait on it)
 
     def ignore(self, why: str) -> None:
         """Says once in the log which file was ignored and why (a teammate may have planted it)."""
@@ -352,6 +353,7 @@ class Watchdog:
                     return 0  # training ended (or never started): nothing to watch
             else:
                 seen_training = True
+                self.training_pid = pid
             if pid is not None and not saving and self.time_limit_near():
                 # Only training gets the TERM (MaxText saves at its next step and stops): a TERM to the whole job
                 # step would also stop Ray and the exporters under training while it saves.
