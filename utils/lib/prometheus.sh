@@ -24,8 +24,8 @@
 #   nothing is signalled. 0 when it is gone; 1 with one error line for a bad JOB_DIR or a process that survived.
 # prometheus_list [WORKSPACE]
 #   One line per job dir of WORKSPACE (default JOB_WORKSPACE, else <repo>/outputs) holding a TSDB: name, size,
-#   time range of the data (offline: block meta.json and WAL file times), "(running, pid N)". 1 when WORKSPACE
-#   does not exist.
+#   time range of the data (offline: block meta.json and WAL file times), "(running, pid N)"; a prometheus/ dir
+#   it may not read as "cannot read <dir>: permission denied". 1 when WORKSPACE is not a readable directory.
 # prometheus_resolve_tsdb WHAT [WORKSPACE]
 #   Prints the absolute TSDB dir for a job id prefix or job dir name in WORKSPACE, a job dir path or a prometheus/
 #   dir path. 1 with one error line when nothing or several match.
