@@ -130,7 +130,7 @@ def test_an_empty_job_is_refused(workspace):
 
 def test_a_file_given_as_the_workspace_is_called_a_file(workspace):
     log = workspace / "31-JAX-tiny-pre1.log"
-    for command in (["jobs"], ["tail", "latest"], ["tag", "--all"]):
+    for command in (["jobs"], ["tail", "latest"], ["tag", "--all"], ["analyze", "latest"], ["dashboard"]):
         result = run(*command, "--workspace", str(log))
         assert result.exit_code == 1
         assert result.output == (

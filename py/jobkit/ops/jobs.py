@@ -2,8 +2,9 @@
 
 A job is its log, `<workspace>/<JOB_ID>-<JOB_NAME>.log`, written by run_local.sh and submit.sh alike; what the
 table shows comes from that log alone (header, step lines, JOB SUMMARY), so it works on a login node with no
-scheduler access and for jobs of any age. A job is named on the command line by `latest`, its id, a unique part
-of its file name, or its log / job dir path (resolve).
+scheduler access and for jobs of any age. A job is named on the command line by `latest`, its id (matched whole),
+a leading part of its id up to a '_', a unique part of its name, or its log / job dir path (resolve). A log that
+cannot be read is a row that says so in `jobs`, and one line from `tail`.
 """
 
 from __future__ import annotations

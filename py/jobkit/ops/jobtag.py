@@ -12,7 +12,9 @@ What points at the old names is repointed in the same step, so nothing dangles a
 Logs are never edited (they are the job's evidence, and paths printed in them stay as they were).
 
 Refused, with nothing renamed: a job without steady-state steps (nothing to tag it with), a job whose log has
-no JOB SUMMARY yet (still running, and its processes write to the job dir by name), a new name that exists.
+no JOB SUMMARY yet (still running, and its processes write to the job dir by name), a new name that exists, a
+log it may not read, a workspace, job dir or link dir it may not change (checked before the first rename, so a
+job is never left half renamed with its `log` link dangling).
 Tagging a tagged job again does nothing: a finished log no longer changes, so neither would the number.
 """
 
