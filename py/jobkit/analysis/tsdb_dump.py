@@ -47,7 +47,10 @@ def is_tsdb(path: str) -> bool:
         return False
     if os.path.isdir(os.path.join(path, "wal")):
         return True
-    return any(os.path.isfile(os.path.join(path, d, "meta.json")) for d in os.listdir(path))
+    try:
+        return any(os.path.isfile(os.path.join(path, d, "meta.json")) for d in os.listdir(path))
+    except OSError:  # a dir it may not list: read() says so, rather than "no TSDB"
+        return os.path.basename(os.path.normpath(path)) == "prometheus"
 
 
 def read(tsdb: str, families: str, promtool: str | None = None) -> dict[str, list[Series]]:
@@ -59,7 +62,10 @@ def read(tsdb: str, families: str, promtool: str | None = None) -> dict[str, lis
     if not tool:
         raise TsdbReadError("promtool is not installed; run 'utils/prometheus.sh install'")
     with tempfile.TemporaryDirectory(prefix="jobkit-tsdb-") as scratch:
-        where = _view(tsdb, scratch)
+        try:
+            where = _view(tsdb, scratch)
+        except OSError as e:  # a TSDB (or a part of it) this user may not list
+            raise TsdbReadError(f"cannot read {e.filename or tsdb}: {(e.strerror or str(e)).lower()}") from None
         argv = [tool, "tsdb", "dump", f'--match={{__name__=~"{families}"}}', where]
         try:
             with open(os.path.join(scratch, "stderr"), "w+") as err:

@@ -59,7 +59,7 @@ def _check_config(path: str) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 @click.option("--line", "as_line", is_flag=True, help="Print the one-line end-of-run summary.")
 @click.option("--status", type=click.Choice(STATUSES, case_sensitive=False), help="How the run ended (for --line).")
-@click.option("--exit-code", type=int, help="The run's exit code (for --line).")
+@click.option("--exit-code", type=click.IntRange(0, 255), help="The run's exit code, 0-255 (for --line).")
 @click.option("--config", "yml", help="MaxText yml of the run (profiler window); default configs/<MODEL_NAME>.yml.")
 def tgs_command(logfile, steady, as_json, as_line, status, exit_code, yml):
     """Throughput report for LOGFILE: windows table, --json, or --line.
