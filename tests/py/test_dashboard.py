@@ -4,6 +4,7 @@ import datetime as dt
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -11,6 +12,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from pathlib import Path
 
 import pytest
 from browser import BrowserError, artifact_path, load, open_tab
@@ -218,6 +220,27 @@ def test_unreadable_log_is_a_row_the_rest_render(workspace, monkeypatch, request
     rows = by_id(page)
     assert rows[IDS[3]]["status"] == "unreadable" and len(rows) == 5
     assert rows[IDS[0]]["status"] == "SUCCESS" and page.errors == []
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("setpriv"), reason="needs root and setpriv")
+def test_a_job_dir_it_may_not_read_is_marked_on_its_row_and_the_rest_render(workspace):
+    stem = JOBS[0][0].removesuffix(".log")
+    add_analysis(workspace, stem, {"throughput": {"tgs": {"mean": 1.0}}})
+    os.chown(workspace / stem, 65534, 65534)  # a teammate's job dir, mode 700: its log is readable, it is not
+    (workspace / stem).chmod(0o700)
+    result = subprocess.run(
+        ["setpriv", "--bounding-set=-all", "--inh-caps=-all", "--", str(Path(sys.executable).parent / "jobkit"),
+         "dashboard", "--workspace", str(workspace)],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    page = workspace / ".dashboard" / "index.html"
+    assert result.stdout == f"5 jobs (1 job dir(s) unreadable): {page}\n" and "Traceback" not in result.stderr
+    rows = {m.group(1): m.group(2) for m in re.finditer(r'<tr data-job-id="([^"]+)"(.*?)</tr>', page.read_text(), re.S)}
+    assert len(rows) == 5
+    assert f'title="{stem}/: permission denied">job dir unreadable</span>' in rows[IDS[0]]
+    assert ">SUCCESS<" in rows[IDS[0]]  # what its log says is still shown
+    assert all("job dir unreadable" not in row for job_id, row in rows.items() if job_id != IDS[0])
 
 
 def test_bad_input_one_line_nothing_written(tmp_path, monkeypatch):

@@ -322,6 +322,22 @@ def test_dry_run_and_not_retried_exit_codes(tmp_path, job_dir):
     assert "retries used up (0 allowed, this was attempt 1)" in off.output
 
 
+@pytest.mark.parametrize("data", [bytes(range(256)) * 16, b""], ids=["random", "empty"])
+def test_a_file_that_is_not_a_job_log_is_refused_and_nothing_is_made(tmp_path, data):
+    log = tmp_path / "500-tiny.log"
+    log.write_bytes(data)
+    env = {"MAX_RETRIES": "2"}
+    for args in (["--dry-run", str(log)], [str(log)]):
+        result = CliRunner().invoke(main, ["requeue", *args], env=env)
+        assert result.exit_code == 1, result.output
+        assert result.stdout == ""
+        assert result.stderr == (
+            f"jobkit requeue: {log}: not a job log (no KEY=VALUE header with JOB_ID and NNODES); "
+            "give a log written by submit.sh or run_local.sh\n"
+        )
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["500-tiny.log"]  # no job dir made for requeue.json
+
+
 # --------------------------------------------------------------------------------- real jobs on the cluster
 # (imports here, after the unit tests, keep the units runnable without the cluster helpers' set-up cost)
 import signal  # noqa: E402

@@ -56,7 +56,9 @@ def command(ws, output, serve, port):
     except (page.DashboardError, jobs.JobsError) as e:
         raise JobkitError("dashboard", str(e)) from None
     unreadable = sum(r.status == "unreadable" for r in rows)
-    note = f" ({unreadable} unreadable)" if unreadable else ""
+    dirs = sum(bool(r.dir_problem) for r in rows)  # the log was read, the job dir (its report) was not
+    parts = ([f"{unreadable} unreadable"] if unreadable else []) + ([f"{dirs} job dir(s) unreadable"] if dirs else [])
+    note = f" ({', '.join(parts)})" if parts else ""
     if not serve:
         click.echo(f"{len(rows)} jobs{note}: {out}")
         return
