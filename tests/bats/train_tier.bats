@@ -146,11 +146,12 @@ env_of() { sed -n "s/^$1=//p" "$RECORD.env"; }
   [[ $(env_of XLA_FLAGS) == "--xla_force_host_platform_device_count=1 --xla_dump_to="* ]]
 }
 
-@test "an unknown TUNE_PROFILE warns and changes nothing" {
+@test "an unknown TUNE_PROFILE stops the job before training (a typo must not train untuned and pass)" {
+  rm -f "$RECORD.env"
   run "$REPO/_train.sh" tiny -- _env_TUNE_PROFILE=no_such_profile
-  [ "$status" -eq 0 ]
-  [[ $output == *"WARNING: unknown TUNE_PROFILE='no_such_profile'"* ]]
-  [ "$(env_of XLA_FLAGS)" = "--xla_force_host_platform_device_count=1" ]
+  [ "$status" -eq 2 ]
+  [[ $output == *"ERROR: TUNE_PROFILE='no_such_profile' is not a tuning profile; use one of: "*" mem95 "* ]]
+  [ ! -e "$RECORD.env" ]   # training never started
 }
 
 @test "enable_checkpointing=true switches the output to a stable per-alias (or per-model) dir" {

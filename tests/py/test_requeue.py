@@ -338,6 +338,42 @@ def test_a_file_that_is_not_a_job_log_is_refused_and_nothing_is_made(tmp_path, d
     assert sorted(p.name for p in tmp_path.iterdir()) == ["500-tiny.log"]  # no job dir made for requeue.json
 
 
+def test_help_says_what_is_retried_how_often_and_what_dry_run_does():
+    result = CliRunner().invoke(main, ["requeue", "--help"])
+    assert result.exit_code == 0
+    text = " ".join(result.output.split())
+    assert all(name in text for name in requeue.RETRYABLE)
+    for needle in ("MAX_RETRIES", "REQUEUE_EXCLUDE", "--dry-run", "At most once per job", "requeue.json"):
+        assert needle in text
+    assert "doc)" not in text  # it used to send the reader to the module's docstring
+
+
+def test_dry_run_on_a_job_already_requeued_names_the_next_job_the_rule_and_the_exclude_list(tmp_path):
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    log = ws / "500-tiny.log"
+    log.write_text(job_log("srun: error: Node failure on node2\n", "CANCELLED", 143))
+    snap = fake_snapshot(tmp_path, f"Submitted job 501 (tiny)\\n  job dir:  {ws / '501-tiny'}\\n")
+    env = {"MAX_RETRIES": "2", "MAXTEXT_LAUNCHER_DIR": str(snap), "SUBMIT_ARGV": "tiny -N 2", "PATH": "/usr/bin:/bin"}
+    assert requeue.requeue(log, env)[1] == "501"
+    claim = ws / "500-tiny" / "requeue.json"
+    before = claim.read_bytes()
+    dry = CliRunner().invoke(main, ["requeue", "--dry-run", str(log)], env={"MAX_RETRIES": "2"})
+    assert dry.exit_code == 3
+    assert dry.output == (
+        f"== not requeued: already requeued as job 501, excluding node2 (see {claim}); "
+        "a job is requeued at most once ==\n"
+    )
+    assert claim.read_bytes() == before  # --dry-run writes nothing
+    claim.write_text(json.dumps({"decision": {"exclude": []}, "error": "submit.sh failed (exit 1): no Slurm"}))
+    dry = CliRunner().invoke(main, ["requeue", "--dry-run", str(log)], env={"MAX_RETRIES": "2"})
+    assert "a requeue was claimed and failed (submit.sh failed (exit 1): no Slurm), excluding no hosts" in dry.output
+    claim.write_bytes(b"\x00\xff garbage")
+    dry = CliRunner().invoke(main, ["requeue", "--dry-run", str(log)], env={"MAX_RETRIES": "2"})
+    assert dry.exit_code == 3 and len(dry.output.splitlines()) == 1
+    assert f"already requeued ({claim} cannot be read: " in dry.output and "\x00" not in dry.output
+
+
 # --------------------------------------------------------------------------------- real jobs on the cluster
 # (imports here, after the unit tests, keep the units runnable without the cluster helpers' set-up cost)
 import signal  # noqa: E402
