@@ -586,3 +586,12 @@ def test_a_node_that_fails_mid_job_is_excluded_from_the_requeued_attempt(local_c
     record = json.loads((log.with_suffix("") / "requeue.json").read_text())
     assert record["decision"]["exclude"] == ["node2"] and record["decision"]["why"].startswith("node-fail")
     assert node_state(local_cluster, "node2") == "idle"
+
+
+def test_a_nodelist_slurm_would_refuse_costs_only_the_blamed_host(tmp_path):
+    """A log whose JOB_NODELIST cannot be expanded (why8's `node[a-b]`) is still classified; it excludes no host."""
+    text = job_log("srun: error: Node failure on node2\n", "CANCELLED", 143).replace("node[1-2]", "node[a-b]", 1)
+    log = tmp_path / "500-tiny.log"
+    log.write_text(text)
+    found = requeue.outcome(logparse.load(log), text, tmp_path / "500-tiny")
+    assert found is not None and found.reason

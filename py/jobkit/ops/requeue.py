@@ -37,7 +37,6 @@ import click
 
 from jobkit.core import failures, files, logparse
 from jobkit.core.errors import EXIT_BAD_INPUT, EXIT_NOT_RETRIED, JobkitError
-from jobkit.core.nodelist import expand_nodelist
 from jobkit.ops import hang_watchdog
 
 RETRYABLE = {
@@ -110,7 +109,7 @@ def outcome(log: logparse.JobLog, text: str, job_dir: Path) -> failures.Failure 
     if log.footer_status == "STOPPED":
         stopped = re.search(r"Training stopped: (.*?)\.?$", text, re.M)
         return failures.Failure("stopped-early", stopped.group(1) if stopped else "")
-    nodes = expand_nodelist(log.header.get("JOB_NODELIST", ""))
+    nodes, _ = logparse.header_nodes(log.header)  # an unexpandable nodelist excludes no host
     found = failures.classify(text, log.footer_status, log.footer_exit, has_steps=bool(log.entries), nodes=nodes)
     if found.reason == "hang":
         return _unverified("HANG", job_dir, job_id, hang_watchdog.read_marker) or found
