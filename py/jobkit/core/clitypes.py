@@ -3,7 +3,8 @@
 One type per kind of number, used by every option of that kind: click's FloatRange lets nan through every
 bound (nan compares false both ways) and inf through an open upper one, which then reach sleep()/select() or
 arithmetic as a traceback or a plan built from garbage. Every type here is finite and range-checked, and
-fails with click's usual "Invalid value for '--x': ..." usage error.
+fails with click's usual "Invalid value for '--x': ..." usage error. Counts need no type of their own:
+int() never yields nan or inf, so click's IntRange is already finite.
 """
 
 from __future__ import annotations
@@ -20,10 +21,10 @@ WEEK = 7 * 24 * 3600.0  # the longest wait any option means; sleep() overflows l
 class Finite(click.FloatRange):
     """A finite float within [MIN, MAX] (each bound optional, open when asked), naming WHAT it measures."""
 
-    def __init__(self, what: str = "number", min=None, max=None, min_open=False, max_open=False):  # noqa: A002
+    def __init__(self, what="number", min=None, max=None, min_open=False, max_open=False, name="float"):  # noqa: A002
         super().__init__(min=min, max=max, min_open=min_open, max_open=max_open)
         self.what = what
-        self.name = what
+        self.name = name  # --help's metavar (SECONDS, FLOAT)
 
     def convert(self, value, param, ctx):
         try:
@@ -40,7 +41,7 @@ class Finite(click.FloatRange):
 
 def Seconds(min: float = 0.0, max: float = WEEK, min_open: bool = True) -> Finite:  # noqa: A002, N802
     """Seconds in (MIN, MAX] by default: > 0 and at most a week."""
-    return Finite("number of seconds", min=min, max=max, min_open=min_open)
+    return Finite("number of seconds", min=min, max=max, min_open=min_open, name="seconds")
 
 
 def Positive(what: str, max: float | None = None) -> Finite:  # noqa: A002, N802
@@ -49,12 +50,7 @@ def Positive(what: str, max: float | None = None) -> Finite:  # noqa: A002, N802
 
 
 def Percent(min: float = 0.0, max: float = 100.0, min_open: bool = True) -> Finite:  # noqa: A002, N802
-    return Finite("percent", min=min, max=max, min_open=min_open)
-
-
-def Count(min: int = 1, max: int | None = None) -> click.IntRange:  # noqa: A002, N802
-    """A whole count; int() never yields nan/inf, so click's IntRange is already finite."""
-    return click.IntRange(min=min, max=max)
+    return Finite("percent", min=min, max=max, min_open=min_open, name="percent")
 
 
 SECONDS = Seconds()
