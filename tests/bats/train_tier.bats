@@ -244,4 +244,9 @@ env_of() { sed -n "s/^$1=//p" "$RECORD.env"; }
   [ "$status" -eq 2 ]
   [[ $output == *"jobkit hang-watchdog: HANG_TIMEOUT=abc is not a positive number of seconds"* ]]
   [[ $output != *"jobkit launch"* ]]
+  # nan passed a `<= 0` check and made the limit the floor, silently (audit rl4).
+  TRAIN_PYTHON=$REPO_DIR/.venv/bin/python HANG_STEP_FACTOR=nan run "$REPO/_train.sh" tiny -- steps=7
+  [ "$status" -eq 2 ]
+  [[ $output == *"jobkit hang-watchdog: HANG_STEP_FACTOR=nan is not a positive number; e.g. HANG_STEP_FACTOR=10"* ]]
+  [[ $output != *"jobkit launch"* ]]
 }

@@ -395,3 +395,26 @@ def test_serve_hands_out_no_file_a_planted_link_points_at(workspace, tmp_path):
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=15)
+
+
+@pytest.mark.parametrize(
+    ("first", "message"),
+    [
+        (65535, "port 65535 on 127.0.0.1 is taken; pass --port PORT"),
+        (65530, "ports 65530-65535 on 127.0.0.1 are all taken; pass --port PORT"),
+        (8000, f"ports 8000-{8000 + dashboard_serve.PORT_TRIES - 1} on 127.0.0.1 are all taken; pass --port PORT"),
+    ],
+)
+def test_taken_ports_name_only_ports_that_exist_and_were_tried(monkeypatch, first, message):
+    """-p 65535 with it taken said 'ports 65535-65554' (audit dash9): ports stop at 65535."""
+    tried = []
+
+    def taken(address, handler):
+        tried.append(address[1])
+        raise OSError(98, "Address already in use")
+
+    monkeypatch.setattr(dashboard_serve.http.server, "ThreadingHTTPServer", taken)
+    with pytest.raises(dashboard_serve.JobkitError) as exc:
+        dashboard_serve._bind(first, None)
+    assert exc.value.message == message
+    assert tried == list(range(first, min(first + dashboard_serve.PORT_TRIES, 65536)))

@@ -406,3 +406,14 @@ def test_an_ended_job_whose_teardown_did_not_backfill_gets_its_backfill_from_the
     assert not (tsdb / tb_backfill.PENDING).exists()
     assert list(tsdb.glob("01*"))  # a real TSDB block, written by promtool
     assert poll("500") == []
+
+
+@pytest.mark.parametrize("interval", ["nan", "inf", "-1", "0.05", "1e300"])
+def test_interval_must_be_a_finite_number_of_seconds(tmp_path, interval):
+    """--interval nan passed FloatRange(0.1) and crashed time.sleep after the first poll (audit mon5/mon8)."""
+    result = CliRunner().invoke(
+        main, ["monitor", "--once", "--no-notify", "--interval", interval], env={"JOB_WORKSPACE": str(tmp_path)}
+    )
+    assert result.exit_code == 2, result.output
+    assert "Invalid value for '--interval'" in result.output
+    assert list(tmp_path.iterdir()) == []

@@ -374,6 +374,29 @@ def test_dry_run_on_a_job_already_requeued_names_the_next_job_the_rule_and_the_e
     assert f"already requeued ({claim} cannot be read: " in dry.output and "\x00" not in dry.output
 
 
+@pytest.mark.parametrize("raw", ["abc", "-1", "1.5", "2x", "1234567890"])
+@pytest.mark.parametrize("dry_run", [True, False])
+def test_a_bad_max_retries_is_refused_not_read_as_a_number(tmp_path, job_dir, raw, dry_run):
+    """MAX_RETRIES=abc was read as 0 and -1 echoed as '-1 allowed' (audit rq2/rq3); submit.sh refuses both."""
+    log = tmp_path / "500-tiny.log"
+    log.write_text(job_log("0: == HANG detected (phase training, last step 4, 9 s since) ==\n", "HANG", 143))
+    before = sorted(p.name for p in tmp_path.rglob("*"))
+    result = CliRunner().invoke(
+        main, ["requeue", *(["--dry-run"] if dry_run else []), str(log)], env={"MAX_RETRIES": raw}
+    )
+    assert result.exit_code == 1, result.output
+    assert result.output.strip() == (
+        f"== REQUEUE FAILED: MAX_RETRIES={raw!r} is not a whole number of 1 to 9 digits;"
+        " set it to one (e.g. MAX_RETRIES=0) or unset it =="
+    )
+    assert sorted(p.name for p in tmp_path.rglob("*")) == before
+
+
+def test_max_retries_is_read_as_decimal(tmp_path, job_dir):
+    text = job_log("0: == HANG detected (phase training, last step 4, 9 s since) ==\n", "HANG", 143)
+    assert requeue.decide(logparse.parse_text(text), text, {"MAX_RETRIES": "010"}, job_dir).max_retries == 10
+
+
 # --------------------------------------------------------------------------------- real jobs on the cluster
 # (imports here, after the unit tests, keep the units runnable without the cluster helpers' set-up cost)
 import signal  # noqa: E402

@@ -5,7 +5,7 @@ import json
 
 import click
 
-from jobkit.core import logparse, tgs
+from jobkit.core import clitypes, logparse, tgs
 from jobkit.core.config import default_yml
 from jobkit.core.errors import EXIT_BAD_INPUT, EXIT_CANNOT_RUN, EXIT_NO_NNODES, EXIT_NO_STEPS, JobkitError
 from jobkit.core.verdict import STATUSES, verdict
@@ -94,7 +94,11 @@ def tgs_command(logfile, steady, as_json, as_line, status, exit_code, yml):
 
 @click.command("reap", context_settings={"ignore_unknown_options": True})
 @click.option(
-    "--grace", type=click.FloatRange(0, 600), default=5.0, show_default=True, help="Seconds between TERM and KILL."
+    "--grace",
+    type=clitypes.Seconds(0, 600, min_open=False),
+    default=5.0,
+    show_default=True,
+    help="Seconds between TERM and KILL.",
 )
 @click.argument("argv", nargs=-1, required=True, type=click.UNPROCESSED)
 def reap_command(grace, argv):

@@ -37,7 +37,7 @@ from pathlib import Path
 
 import click
 
-from jobkit.core import failures, files, logparse, procfs, slurm
+from jobkit.core import clitypes, failures, files, logparse, procfs, slurm
 from jobkit.core.errors import EXIT_USAGE, JobkitError
 from jobkit.core.paths import workspace
 from jobkit.ops import hang_watchdog, notify, requeue
@@ -530,7 +530,13 @@ def start_daemon(pid_file: Path, state_path: Path) -> None:
 @click.argument("jobs", nargs=-1)
 @click.option("--workspace", "ws", help="Where the job logs are (default $JOB_WORKSPACE, else <repo>/outputs).")
 @click.option("--sweep", help="Follow this sweep's jobs (its id, as `jobkit sweep` names it).")
-@click.option("--interval", type=click.FloatRange(0.1), default=30, show_default=True, help="Seconds between polls.")
+@click.option(
+    "--interval",
+    type=clitypes.Seconds(min=0.1, min_open=False),
+    default=30,
+    show_default=True,
+    help="Seconds between polls.",
+)
 @click.option("--once", is_flag=True, help="Poll once and exit (for cron: the state file carries over).")
 @click.option("--daemon", is_flag=True, help="Run in the background; pid file and log beside the state file.")
 @click.option("--stop", "stop_daemon", is_flag=True, help="Stop the background monitor of this state file.")

@@ -35,7 +35,7 @@ from pathlib import Path
 
 import click
 
-from jobkit.core import failures, files, logparse
+from jobkit.core import clitypes, failures, files, logparse
 from jobkit.core.errors import EXIT_BAD_INPUT, EXIT_NOT_RETRIED, JobkitError
 from jobkit.ops import hang_watchdog
 
@@ -120,7 +120,12 @@ def decide(log: logparse.JobLog, text: str, env: dict[str, str], job_dir: Path) 
     """Whether the job in LOG (its tail TEXT, its dir JOB_DIR) gets another attempt, and which hosts it must
     avoid."""
     attempt = _int(env.get("ATTEMPT") or log.header.get("ATTEMPT"), 1)
-    max_retries = _int(env.get("MAX_RETRIES") or log.header.get("MAX_RETRIES"), 0)
+    # The same reading submit.sh gives it (settings.sh setting_uint): 'abc' or -1 is refused, never taken for 0.
+    setting = {"MAX_RETRIES": env.get("MAX_RETRIES") or log.header.get("MAX_RETRIES") or ""}
+    try:
+        max_retries = clitypes.env_uint(setting, "MAX_RETRIES", 0)
+    except clitypes.SettingError as exc:
+        raise RequeueError(str(exc)) from None
     earlier = [h for h in (env.get("REQUEUE_EXCLUDE") or "").split(",") if h]
 
     def no(why: str) -> Decision:
