@@ -417,3 +417,13 @@ def test_interval_must_be_a_finite_number_of_seconds(tmp_path, interval):
     assert result.exit_code == 2, result.output
     assert "Invalid value for '--interval'" in result.output
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(("option", "value"), [("--stall", "nan"), ("--stall", "inf"), ("--tgs-drop", "nan")])
+def test_stall_and_tgs_drop_must_be_finite(tmp_path, option, value):
+    result = CliRunner().invoke(
+        main, ["monitor", "--once", "--no-notify", option, value], env={"JOB_WORKSPACE": str(tmp_path)}
+    )
+    assert result.exit_code == 2, result.output
+    assert f"Invalid value for '{option}'" in result.output
+    assert list(tmp_path.iterdir()) == []

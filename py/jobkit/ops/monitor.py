@@ -556,14 +556,14 @@ def start_daemon(pid_file: Path, state_path: Path) -> None:
 @click.option("--no-notify", is_flag=True, help="Only print events.")
 @click.option(
     "--stall",
-    type=click.FloatRange(1),
+    type=clitypes.Seconds(min=1, min_open=False),
     default=1800,
     show_default=True,
     help="Seconds without a new step that count as stalled.",
 )
 @click.option(
     "--tgs-drop",
-    type=click.FloatRange(1, 99),
+    type=clitypes.Percent(1, 99, min_open=False),
     default=20,
     show_default=True,
     help="Percent below the steady TGS that counts as a drop.",
