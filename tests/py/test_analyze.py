@@ -20,6 +20,7 @@ from click.testing import CliRunner
 from conftest import REPO
 from launch_env import launcher_env
 
+from jobkit.analysis import compare
 from jobkit.cli import main as jobkit_main
 
 STEP_LINE = re.compile(r"completed step: (\d+), seconds: [\d.]+.*?loss: ([\d.]+)")
@@ -489,3 +490,16 @@ def test_analysis_json_turns_any_non_finite_number_into_null():
     }
     text = json.dumps(json_safe(doc), allow_nan=False)
     assert json.loads(text) == {"hosts": {"cpu": {"node1": {"mean": None, "max": None, "min": 1.5}}}, "x": [None, 2]}
+
+
+def test_compare_keeps_a_value_that_merely_contains_the_job_id_digits(tmp_path):
+    """Job 5's CLOUD_SDK_VERSION=528.0.0 was dropped as "naming the job" (the id as a substring), so compare
+    reported `env:CLOUD_SDK_VERSION: (unset) | 528.0.0` for two jobs with the same value."""
+    job_dir = tmp_path / "5-JAX-tiny"
+    job_dir.mkdir()
+    (job_dir / "environment.node0.txt").write_text(
+        "CLOUD_SDK_VERSION=528.0.0\nRUN_DIR=/ws/5-JAX-tiny/out\nSTEP_TAG=run-5\nPORT_BASE=15000\n"
+    )
+    env = compare._environment(job_dir, ("5", "JAX-tiny", str(job_dir)))
+    assert env["env:CLOUD_SDK_VERSION"] == "528.0.0" and env["env:PORT_BASE"] == "15000"
+    assert "env:RUN_DIR" not in env and "env:STEP_TAG" not in env  # these do name job 5

@@ -259,6 +259,10 @@ def test_bad_input_one_line_nothing_written(tmp_path, monkeypatch):
     assert result.exit_code == 1 and "Traceback" not in result.output
     assert result.output == f"jobkit dashboard: no job logs in {empty}; run a job first, or pass --workspace\n"
     assert sorted(p.name for p in empty.iterdir()) == ["notes.log"]
+    # --port means the port --serve listens on: alone it was silently ignored (audit dash6).
+    result = run("--workspace", str(empty), "-p", "8390")
+    assert result.exit_code == 2 and "--port is the port --serve listens on; add --serve" in result.output
+    assert sorted(p.name for p in empty.iterdir()) == ["notes.log"]
 
 
 def test_output_option_and_unwritable_target(workspace, tmp_path):
