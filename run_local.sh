@@ -34,6 +34,8 @@ source "$SCRIPT_DIR/utils/lib/job_log.sh"
 source "$SCRIPT_DIR/utils/lib/process.sh"
 # shellcheck source=utils/lib/workspace.sh
 source "$SCRIPT_DIR/utils/lib/workspace.sh"
+# shellcheck source=utils/lib/tune_profile.sh
+source "$SCRIPT_DIR/utils/lib/tune_profile.sh"
 
 _PROG=run_local.sh
 # _die MESSAGE [EXIT_CODE]: one line on stderr (the message only: users copy the hints in it), then exit.
@@ -99,6 +101,8 @@ main() {
   JOB_WORKSPACE=$(resolve_workspace "$SCRIPT_DIR")
   check_workspace_writable "$JOB_WORKSPACE" || exit 1
   launch_check_alias_dir "$JOB_WORKSPACE" "${MODEL_NAME_ALIAS:-$MODEL_NAME}" "${PASSTHROUGH_ARGS[@]}" || exit 2
+  # TUNE_PROFILE / TUNE_PROFILE_FILE: the checks train_env.sh makes at job time, made before the job exists.
+  tune_profile_launch_check "$JOB_WORKSPACE" "${PASSTHROUGH_ARGS[@]}" || exit 2
   workspace_umask || exit 2
   JOB_ID=$(new_local_job_id)
   JOB_NAME=$(job_name "$MODEL_NAME" "$EXP_TAG")

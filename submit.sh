@@ -25,7 +25,7 @@ set -euo pipefail
 
 SCRIPT_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 CONFIGS_DIR=$SCRIPT_DIR/configs
-for _lib in launch_args resolve_model container_runtime artifact stage_timeout workspace process settings; do
+for _lib in launch_args resolve_model container_runtime artifact stage_timeout workspace process settings tune_profile; do
   # shellcheck source=/dev/null
   source "$SCRIPT_DIR/utils/lib/$_lib.sh"
 done
@@ -215,6 +215,8 @@ main() {
   check_job_name_length "$JOB_NAME" "$_LONGEST_JOB_ID" || exit 2
   check_workspace_writable "$JOB_WORKSPACE" || exit 1
   launch_check_alias_dir "$JOB_WORKSPACE" "${MODEL_NAME_ALIAS:-$MODEL_NAME}" "${PASSTHROUGH_ARGS[@]}" || exit 2
+  # TUNE_PROFILE / TUNE_PROFILE_FILE: the checks train_env.sh makes at job time, made before the job exists.
+  tune_profile_launch_check "$JOB_WORKSPACE" "${PASSTHROUGH_ARGS[@]}" || exit 2
   workspace_umask || exit 2   # the snapshot, the log dir and (through Slurm's propagation) the job itself
   _warn_if_node_local "$JOB_WORKSPACE"
   # Natively, every node uses this checkout's venv (on the shared filesystem, like the workspace). With a

@@ -7,7 +7,7 @@
 # XLA_FLAGS is only ever appended to: flags baked into a training image stay in force.
 #
 # Switches (as environment or _env_ overrides):
-#   TUNE_PROFILE=<name>     named XLA / collective tuning profile (see the two case blocks below)
+#   TUNE_PROFILE=<name>     named XLA / collective tuning profile (listed in utils/lib/tune_profile.sh)
 #   TUNE_PROFILE_FILE=<f>   a tuning profile as data: --xla flags and NAME=VALUE lines (see Tuning profiles)
 #   ENABLE_XLA_DUMP=1       dump HLO of the train step into <job dir>/xla_dump (node rank 0 only)
 #   CPU_DEVICES_PER_NODE=N  on a CPU-only node, emulate N devices in one process (default 1)
@@ -94,9 +94,10 @@ fi
 
 # --- Tuning profiles ---
 # apply_tune_profile runs after configs/<model>.env.sh (called by _train.sh), so a profile is measured
-# against what is deployed. Block 1 appends XLA flags (XLA keeps the last value of a repeated flag);
-# block 2 sets collective / runtime knobs. `restore_default` puts XLA_FLAGS back to what the image gave
-# (plus the flags this node needs to work at all) to measure the image alone.
+# against what is deployed. The named profiles (TUNE_PROFILE) are listed in utils/lib/tune_profile.sh: XLA
+# flags are appended (XLA keeps the last value of a repeated flag), collective / runtime knobs exported.
+# `restore_default` puts XLA_FLAGS back to what the image gave (plus the flags this node needs to work at all)
+# to measure the image alone. An unknown name stops the job (run_local.sh and submit.sh refuse it first).
 #
 # TUNE_PROFILE_FILE=<file> is a profile as data, applied after the named one: what `jobkit sweep xla` writes
 # for each catalog profile, so a new profile needs no edit here. One item a line: `--name[=value]` is
@@ -105,99 +106,46 @@ fi
 # and line. A setting's name must start with a prefix of configs/tune_env_prefixes.txt (XLA_, NCCL_, ...: the
 # list `jobkit sweep xla` holds catalogs to), so that a profile stays data (no LD_PRELOAD, PYTHONPATH,
 # BASH_ENV); and the file must be yours (or the workspace owner's, for root in a container) and writable by
-# nobody else, since whoever can edit it decides what training runs with. The file is only read, never sourced. A relative path is taken from JOB_WORKSPACE, which is
-# the same directory under another path inside the container.
+# nobody else, since whoever can edit it decides what training runs with. The file is only read, never
+# sourced. A relative path is taken from JOB_WORKSPACE, which is the same directory under another path inside
+# the container. utils/lib/tune_profile.sh holds these checks; the launchers make them before a job exists,
+# and they are made again here because the file may change while a job is queued.
+# shellcheck source=utils/lib/tune_profile.sh
+source "${BASH_SOURCE[0]%/*}/utils/lib/tune_profile.sh"
 TUNE_PROFILE=$(train_setting TUNE_PROFILE baseline)
 TUNE_PROFILE_FILE=$(train_setting TUNE_PROFILE_FILE "")
 export TUNE_PROFILE
 apply_tune_profile() {
-  _apply_named_tune_profile
+  _apply_named_tune_profile || return
   if [[ -n $TUNE_PROFILE_FILE ]]; then _apply_tune_profile_file "$TUNE_PROFILE_FILE" || return; fi
   return 0
 }
 
-# _tune_name_allowed NAME PREFIX...: true when NAME starts with one of the PREFIXes.
-_tune_name_allowed() {
-  local name=$1 prefix
-  shift
-  for prefix; do [[ $name == "$prefix"* ]] && return 0; done
-  return 1
-}
-
 # _apply_tune_profile_file FILE: checks every line first, then applies them all (a bad line changes nothing).
 _apply_tune_profile_file() {
-  local file=$1 line number=0 name
-  local -a flags=() settings=()
-  [[ $file == /* ]] || file=${JOB_WORKSPACE:-$PWD}/$file
-  if [[ ! -f $file || ! -r $file ]]; then
-    echo "[train_env] ERROR: TUNE_PROFILE_FILE=$1: no readable file at $file; give an existing profile file (relative paths start at JOB_WORKSPACE)" >&2
-    return 2
-  fi
-  local owner mode ws_owner=""
-  read -r owner mode < <(stat -L -c '%u %a' -- "$file")
-  [[ -n ${JOB_WORKSPACE:-} ]] && ws_owner=$(stat -c %u -- "$JOB_WORKSPACE" 2>/dev/null)
-  if [[ $owner != "$EUID" && ! ($EUID == 0 && $owner == "$ws_owner") ]] || ((8#$mode & 022)); then
-    echo "[train_env] ERROR: TUNE_PROFILE_FILE=$1: $file (owner uid $owner, mode $mode) is not a file only you can write; whoever can edit it decides what training runs with: copy it to a file of yours (chmod go-w)" >&2
-    return 2
-  fi
-  local -a prefixes=()
-  mapfile -t prefixes < <(grep -v -e '^[[:space:]]*#' -e '^[[:space:]]*$' "${BASH_SOURCE[0]%/*}/configs/tune_env_prefixes.txt")
-  while IFS= read -r line || [[ -n $line ]]; do
-    number=$((number + 1))
-    line=${line%$'\r'}
-    line=${line#"${line%%[![:space:]]*}"}   # trim leading, then trailing, blanks
-    line=${line%"${line##*[![:space:]]}"}
-    if [[ -z $line || $line == '#'* ]]; then continue
-    elif [[ $line =~ ^--[A-Za-z0-9_]+(=[^[:space:]]*)?$ ]]; then flags+=("$line")
-    elif [[ $line =~ ^([A-Za-z_][A-Za-z0-9_]*)=(.*)$ && ${BASH_REMATCH[1]} != XLA_FLAGS ]]; then
-      name=${BASH_REMATCH[1]}
-      if ! _tune_name_allowed "$name" "${prefixes[@]}"; then
-        echo "[train_env] ERROR: $file:$number: $name is not a tuning variable; a profile may set only names starting with ${prefixes[*]} (configs/tune_env_prefixes.txt)" >&2
-        return 2
-      fi
-      settings+=("$line")
-    else
-      echo "[train_env] ERROR: $file:$number: '$line' is not an XLA flag (--name=value, no spaces), a setting (NAME=VALUE, not XLA_FLAGS) or a # comment; fix that line" >&2
-      return 2
-    fi
-  done <"$file"
-  if ((${#flags[@]})); then append_xla_flags "${flags[@]}"; fi
-  for line in "${settings[@]}"; do
+  local line name
+  tune_profile_read_file "[train_env] ERROR: " "$1" "${JOB_WORKSPACE:-$PWD}" || return 2
+  if ((${#TUNE_PROFILE_FLAGS[@]})); then append_xla_flags "${TUNE_PROFILE_FLAGS[@]}"; fi
+  for line in "${TUNE_PROFILE_SETTINGS[@]}"; do
     name=${line%%=*}
     export "$name=${line#*=}"
   done
-  echo "[train_env] TUNE_PROFILE_FILE=$1 applied: ${#flags[@]} XLA flag(s), ${#settings[@]} setting(s)"
+  echo "[train_env] TUNE_PROFILE_FILE=$1 applied: ${#TUNE_PROFILE_FLAGS[@]} XLA flag(s), ${#TUNE_PROFILE_SETTINGS[@]} setting(s)"
 }
 
 _apply_named_tune_profile() {
+  local item
+  local -a flags=()
+  tune_profile_check_name "[train_env] ERROR: " "$TUNE_PROFILE" || return 2
   case $TUNE_PROFILE in
-    baseline|"") ;;
+    baseline|"") return 0 ;;
     restore_default)
       XLA_FLAGS="${_IMAGE_XLA_FLAGS:+$_IMAGE_XLA_FLAGS }$_FUNCTIONAL_XLA_FLAGS"
       XLA_FLAGS=${XLA_FLAGS% }; export XLA_FLAGS ;;
-    ag_combine_256m) append_xla_flags "--xla_gpu_all_gather_combine_threshold_bytes=268435456" ;;
-    ag_combine_1g) append_xla_flags "--xla_gpu_all_gather_combine_threshold_bytes=1073741824" ;;
-    ag_rs_combine_1g)
-      append_xla_flags "--xla_gpu_all_gather_combine_threshold_bytes=1073741824" \
-        "--xla_gpu_reduce_scatter_combine_threshold_bytes=1073741824" ;;
-    overlap_limit_2) append_xla_flags "--xla_gpu_experimental_parallel_collective_overlap_limit=2" ;;
-    overlap_limit_4) append_xla_flags "--xla_gpu_experimental_parallel_collective_overlap_limit=4" ;;
-    priority_stream) append_xla_flags "--xla_gpu_enable_highest_priority_async_stream=true" ;;
-    lhs_on) append_xla_flags "--xla_gpu_enable_latency_hiding_scheduler=true" ;;
-    double_buffer) append_xla_flags "--xla_gpu_enable_while_loop_double_buffering=true" ;;
-    pipelined_collectives)
-      append_xla_flags "--xla_gpu_enable_pipelined_all_gather=true" "--xla_gpu_enable_pipelined_reduce_scatter=true" \
-        "--xla_gpu_enable_pipelined_all_reduce=true" ;;
-    nccl_chan8|nccl_chan2|nccl_simple|nccl_ll128|mem95) ;;  # environment-only: block 2
-    *) echo "[train_env] WARNING: unknown TUNE_PROFILE='$TUNE_PROFILE'; running without tuning changes (profiles are listed in train_env.sh)" >&2
-       return 0 ;;
   esac
-  case $TUNE_PROFILE in
-    nccl_chan8) export NCCL_NCHANNELS_PER_NET_PEER=8 ;;
-    nccl_chan2) export NCCL_NCHANNELS_PER_NET_PEER=2 ;;
-    nccl_simple) export NCCL_PROTO=Simple ;;
-    nccl_ll128) export NCCL_PROTO=LL128 ;;
-    mem95) export XLA_PYTHON_CLIENT_MEM_FRACTION=.95 ;;
-  esac
-  [[ $TUNE_PROFILE == baseline ]] || echo "[train_env] TUNE_PROFILE=$TUNE_PROFILE applied"
+  while IFS= read -r item; do
+    if [[ $item == --* ]]; then flags+=("$item"); else export "${item%%=*}=${item#*=}"; fi
+  done < <(tune_profile_named_lines "$TUNE_PROFILE")
+  if ((${#flags[@]})); then append_xla_flags "${flags[@]}"; fi
+  echo "[train_env] TUNE_PROFILE=$TUNE_PROFILE applied"
 }

@@ -22,7 +22,8 @@
 #   --engine E      podman (default when it answers) or docker
 #   --name REPO     image repository (default localhost/maxtext-cpu)
 #   --rebuild       build even when the tagged image exists (replaces that tag, nothing else)
-#   --tag-only      print the image reference this checkout would build, and exit (builds nothing)
+#   --tag-only      print the image reference this checkout would build, and exit (builds nothing; so
+#                   not with --rebuild or --save)
 #
 #   PYTHON=<path>   interpreter to copy in (default: what utils/setup_env.sh --python picks)
 #   DEBIAN_MIRROR   Debian archive for debootstrap (default http://deb.debian.org/debian)
@@ -238,6 +239,13 @@ main() {
     esac
     shift
   done
+  # --tag-only builds nothing: an option that asks for a build or its tarball would be silently dropped.
+  if (( tag_only && rebuild )); then
+    _die "--tag-only prints the tag and builds nothing, --rebuild forces a build; give one of them" 2
+  fi
+  if (( tag_only )) && [[ -n $save ]]; then
+    _die "--tag-only prints the tag and builds nothing, --save writes the built image; give one of them" 2
+  fi
   if [[ -n $save ]]; then
     [[ $save == *.tar ]] || _die "--save $save: the file name must end in .tar (DOCKER_IMAGE loads *.tar files)" 2
     [[ -d $(dirname "$save") ]] || _die "--save $save: directory $(dirname "$save") does not exist; create it first" 2

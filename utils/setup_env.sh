@@ -38,9 +38,14 @@ _say() { echo "[setup_env] $*" >&2; }
 
 _usage() { sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "${BASH_SOURCE[0]}"; }
 
-# True when "$1" runs and reports version >= 3.12 with a working venv module.
+# True when "$1" is a Python >= 3.12 with a working venv module. Its exit status alone proves nothing (any
+# program that exits 0, /bin/true, would pass): it must compute a number chosen here and print it with its
+# version, which only a Python that ran the code can.
 _python_ok() {
-  "$1" -c 'import sys, venv, ensurepip; sys.exit(0 if sys.version_info >= (3, 12) else 1)' >/dev/null 2>&1
+  local nonce=$((RANDOM * 32768 + RANDOM)) out
+  out=$("$1" -c "import sys, venv, ensurepip; print($nonce * 7, *sys.version_info[:2])" 2>/dev/null) || return 1
+  [[ $out =~ ^$((nonce * 7))\ ([0-9]+)\ ([0-9]+)$ ]] || return 1
+  (( BASH_REMATCH[1] > 3 || (BASH_REMATCH[1] == 3 && BASH_REMATCH[2] >= 12) ))
 }
 
 # Prints the first usable interpreter. pyenv shims exist even when the version is not active (they then

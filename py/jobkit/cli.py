@@ -54,7 +54,7 @@ COMMANDS: CommandTable = {
     ),
     "requeue": (
         "jobkit.ops.requeue:command",
-        "Submit the job of LOG again if its outcome is retryable and MAX_RETRIES allows (see `jobkit requeue`'s doc).",
+        "Submit the job of LOG again when its outcome is worth another attempt, at most MAX_RETRIES times.",
     ),
     "hang-watchdog": (
         "jobkit.ops.hang_watchdog:command",

@@ -23,6 +23,9 @@ setup() {
     "--save $BATS_TEST_TMPDIR/no/such/dir/image.tar|directory $BATS_TEST_TMPDIR/no/such/dir does not exist"
     "--frobnicate|unknown argument '--frobnicate'"
     "--save|--save needs a file path"
+    "--tag-only --rebuild|--tag-only prints the tag and builds nothing, --rebuild forces a build; give one of them"
+    "--rebuild --tag-only|--tag-only prints the tag and builds nothing, --rebuild forces a build"
+    "--tag-only --save $BATS_TEST_TMPDIR/image.tar|--save writes the built image; give one of them"
   )
   local case args want
   for case in "${cases[@]}"; do

@@ -131,3 +131,58 @@ bad_input() {
   [ "$status" -eq 2 ]
   [[ ${lines[0]} == *"ck1 belongs to uid 0/65534, not to you"* ]]
 }
+
+# refused_before_job ARGS...: run_local.sh refuses in one line (exit 2) and the workspace holds only what the
+# test put there: no log, no job dir.
+refused_before_job() {
+  local before
+  before=$(cd "$JOB_WORKSPACE" && find . | sort)
+  run "$REPO_DIR/run_local.sh" "$@"
+  [ "$status" -eq 2 ]
+  [ "${#lines[@]}" -eq 1 ]
+  [[ ${lines[0]} == run_local.sh:* ]]
+  [ "$(cd "$JOB_WORKSPACE" && find . | sort)" = "$before" ]
+}
+
+@test "a bad TUNE_PROFILE_FILE is refused before a job id, log or job dir exists (tp1-tp5)" {
+  mkdir -p "$JOB_WORKSPACE/tp"
+  TUNE_PROFILE_FILE=nosuch.profile refused_before_job tiny -- steps=3
+  [[ $output == *"TUNE_PROFILE_FILE=nosuch.profile: no readable file at $JOB_WORKSPACE/nosuch.profile"* ]]
+  TUNE_PROFILE_FILE=tp refused_before_job tiny -- steps=3
+  [[ $output == *"TUNE_PROFILE_FILE=tp: $JOB_WORKSPACE/tp is a directory"* ]]
+  printf '%s\n' '--xla_cpu_enable_fast_math=true' 'this is not a flag' >"$JOB_WORKSPACE/tp/badline.profile"
+  TUNE_PROFILE_FILE=tp/badline.profile refused_before_job tiny -- steps=3
+  [[ $output == *"tp/badline.profile:2: 'this is not a flag' is not an XLA flag"* ]]
+  printf '%s\n' '# a comment' 'FOO BAR=1' >"$JOB_WORKSPACE/tp/badname.profile"
+  TUNE_PROFILE_FILE=tp/badname.profile refused_before_job tiny -- steps=3
+  [[ $output == *"tp/badname.profile:2: 'FOO BAR=1' is not an XLA flag"* ]]
+  printf '%s\n' 'LD_PRELOAD=/tmp/evil.so' >"$JOB_WORKSPACE/tp/preload.profile"
+  TUNE_PROFILE_FILE=tp/preload.profile refused_before_job tiny -- steps=3
+  [[ $output == *"tp/preload.profile:1: LD_PRELOAD is not a tuning variable"* ]]
+  printf '%s\n' 'NCCL_PROTO=Simple' >"$JOB_WORKSPACE/tp/shared.profile"
+  chmod 0666 "$JOB_WORKSPACE/tp/shared.profile"
+  TUNE_PROFILE_FILE=$JOB_WORKSPACE/tp/shared.profile refused_before_job tiny -- steps=3
+  [[ $output == *"(owner uid $EUID, mode 666) is not a file only you can write"* ]]
+}
+
+@test "a binary TUNE_PROFILE_FILE is refused in one line of text, its bytes not echoed (tp3)" {
+  mkdir -p "$JOB_WORKSPACE"
+  printf 'NCCL_X=\001\033[2J\000\377\n' >"$JOB_WORKSPACE/garbage.profile"
+  TUNE_PROFILE_FILE=garbage.profile refused_before_job tiny -- steps=3
+  [[ $output == *"garbage.profile is not a text file (it holds control bytes)"* ]]
+  [[ $output != *[[:cntrl:]]* ]]
+}
+
+@test "_env_TUNE_PROFILE_FILE after -- is checked the same way, and its quotes taken off as _train.sh does" {
+  mkdir -p "$JOB_WORKSPACE"
+  refused_before_job tiny -- steps=3 "_env_TUNE_PROFILE_FILE='missing.profile'"
+  [[ $output == *"TUNE_PROFILE_FILE=missing.profile: no readable file at $JOB_WORKSPACE/missing.profile"* ]]
+}
+
+@test "an unknown TUNE_PROFILE name is refused before the job exists, listing the names (tp6)" {
+  mkdir -p "$JOB_WORKSPACE"
+  TUNE_PROFILE=nosuch refused_before_job tiny -- steps=3
+  [[ $output == *"TUNE_PROFILE='nosuch' is not a tuning profile; use one of: "*" restore_default "* ]]
+  refused_before_job tiny -- _env_TUNE_PROFILE=ag_combine_2g
+  [[ $output == *"TUNE_PROFILE='ag_combine_2g' is not a tuning profile"* ]]
+}

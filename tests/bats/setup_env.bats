@@ -16,6 +16,22 @@ load test_helper
   [[ $output == *"PYTHON=oldpy is not a working Python >= 3.12"* ]]
 }
 
+@test "PYTHON must run Python: a program that only exits 0, or echoes, is refused (--python only)" {
+  make_stub fakepy 'echo "Python 3.12.1"; exit 0'   # claims a version, runs no code
+  local fake
+  for fake in /bin/true "$BATS_TEST_TMPDIR/stubs/fakepy"; do
+    PYTHON=$fake run "$REPO_DIR/utils/setup_env.sh" --python
+    [ "$status" -ne 0 ]
+    [ "${#lines[@]}" -eq 1 ]
+    [[ $output == *"PYTHON=$fake is not a working Python >= 3.12 with venv; point PYTHON at one"* ]]
+  done
+  # the interpreter that runs this suite's jobkit is a real one and still passes
+  local real
+  real=$("$REPO_DIR/.venv/bin/python" -c 'import sys; print(sys._base_executable)')
+  PYTHON=$real run "$REPO_DIR/utils/setup_env.sh" --python
+  [ "$status" -eq 0 ] && [ "$output" = "$real" ]
+}
+
 @test "no Python >= 3.12 anywhere: one clear error naming what was tried and how to fix it" {
   make_stub python3.12 'echo "pyenv: python3.12: command not found" >&2; exit 127'
   make_stub python3 'exit 1'

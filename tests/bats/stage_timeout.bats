@@ -3,6 +3,15 @@
 
 load test_helper
 
+# The UTC time that ends every stage line (ISO 8601, seconds).
+ISO_UTC='[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}Z'
+
+# stage_line LINE REGEX: LINE is "== <REGEX> <UTC time> ==", whole.
+stage_line() {
+  local want="^== $2 $ISO_UTC ==\$"
+  [[ $1 =~ $want ]] || { echo "not a stage line like '$2': $1"; false; }
+}
+
 setup() {
   source "$REPO_DIR/utils/lib/stage_timeout.sh"
   unset STAGE_TIMEOUTS
@@ -50,8 +59,22 @@ setup() {
   stage_timeouts_init train:5
   run run_stage train "Training" true
   [ "$status" -eq 0 ]
-  [ "${lines[0]}" = "== Training BEGIN (timeout=5s) ==" ]
-  [[ ${lines[1]} =~ ^==\ Training\ END\ \([0-9]+s\)\ ==$ ]]
+  stage_line "${lines[0]}" 'Training BEGIN \(timeout=5s\)'
+  stage_line "${lines[1]}" 'Training END \([0-9]+s\)'
+}
+
+@test "stage lines carry the UTC time they were printed, so stages can be placed on a time axis" {
+  stage_timeouts_init train:none
+  local before after stamp
+  before=$(date -u +%s)
+  run run_stage train "Training" sleep 1
+  after=$(date -u +%s)
+  [[ ${lines[1]} =~ ($ISO_UTC) ]]
+  stamp=$(date -u -d "${BASH_REMATCH[1]}" +%s)
+  (( stamp >= before + 1 && stamp <= after ))   # END is stamped after the 1 s stage, not at BEGIN
+  [[ ${lines[0]} =~ ($ISO_UTC) ]]
+  stamp=$(date -u -d "${BASH_REMATCH[1]}" +%s)
+  (( stamp >= before && stamp <= after - 1 ))
 }
 
 @test "a stage past its limit prints TIMEOUT with the override hint and is stopped" {
@@ -60,7 +83,7 @@ setup() {
   run run_stage train "Training" sleep 30
   [ "$status" -eq 124 ]
   (( SECONDS - start < 10 ))
-  [[ $output == *"== Training TIMEOUT ("*"s/1s) =="* ]]
+  stage_line "$(grep '^== Training TIMEOUT' <<<"$output")" 'Training TIMEOUT \([0-9]+s/1s\)'
   [[ $output == *'STAGE_TIMEOUTS="train:<seconds>"'* ]]
 }
 
@@ -68,7 +91,7 @@ setup() {
   stage_timeouts_init ecc:none
   run_stage ecc "ECC check" bash -c 'exit 3' >"$BATS_TEST_TMPDIR/out" || rc=$?
   [ "$rc" -eq 3 ]
-  grep -q "== ECC check BEGIN (no timeout) ==" "$BATS_TEST_TMPDIR/out"
+  grep -qE "^== ECC check BEGIN \(no timeout\) $ISO_UTC ==$" "$BATS_TEST_TMPDIR/out"
   grep -q "== ECC check FAILED (exit=3, " "$BATS_TEST_TMPDIR/out"
   [ "$STAGE_FAILURE" = "ECC check FAILED (exit=3)" ]
 }
@@ -77,14 +100,14 @@ setup() {
   local skill=$REPO_DIR/skills/run-and-triage/SKILL.md line
   stage_timeouts_init train:none
   line=$(run_stage train "Training" true | head -n 1)
-  [ "$line" = "== Training BEGIN (no timeout) ==" ]
-  grep -qF -- "$line" "$skill"
+  stage_line "$line" 'Training BEGIN \(no timeout\)'
+  grep -qF -- "${line%% 20*} 20" "$skill"   # the same line, at another time
   stage_timeouts_init train:3600
   line=$(run_stage train "Training" true | head -n 1)
-  grep -qF -- "$line" "$skill"
+  grep -qF -- "${line%% 20*} 20" "$skill"
   line=$(run_stage train "Training" bash -c 'exit 1' | sed -n 2p)
-  [[ $line =~ ^==\ Training\ FAILED\ \(exit=1,\ [0-9]+s\)\ ==$ ]]
-  grep -qE '== Training FAILED \(exit=[0-9]+, [0-9]+s\) ==' "$skill"
-  grep -qE '== Training END \([0-9]+s\) ==' "$skill"
-  grep -qE '== Training TIMEOUT \([0-9]+s/[0-9]+s\) ==' "$skill"
+  stage_line "$line" 'Training FAILED \(exit=1, [0-9]+s\)'
+  grep -qE "== Training FAILED \(exit=[0-9]+, [0-9]+s\) $ISO_UTC ==" "$skill"
+  grep -qE "== Training END \([0-9]+s\) $ISO_UTC ==" "$skill"
+  grep -qE "== Training TIMEOUT \([0-9]+s/[0-9]+s\) $ISO_UTC ==" "$skill"
 }

@@ -271,3 +271,32 @@ run_batch() {
   [ "$status" -eq 2 ]
   [[ $output == *"refusing to run: ARTIFACT_SHA256 (the code snapshot's hash) is not set; submit jobs with submit.sh" ]]
 }
+
+# refused_before_job ARGS...: submit.sh refuses in one line (exit 2), sbatch is never called and the workspace
+# holds only what the test put there: no snapshot under .artifacts, no log dir.
+refused_before_job() {
+  local before
+  before=$(cd "$JOB_WORKSPACE" && find . | sort)
+  run "$REPO_DIR/submit.sh" "$@"
+  [ "$status" -eq 2 ]
+  [ "${#lines[@]}" -eq 1 ]
+  [[ ${lines[0]} == submit.sh:* ]]
+  [ "$(cd "$JOB_WORKSPACE" && find . | sort)" = "$before" ]
+  [ ! -e "$BATS_TEST_TMPDIR/sbatch-called" ]
+}
+
+@test "a bad TUNE_PROFILE_FILE or an unknown TUNE_PROFILE is refused before the snapshot and sbatch" {
+  mkdir -p "$JOB_WORKSPACE/tp"
+  TUNE_PROFILE_FILE=nosuch.profile refused_before_job tiny -N 1 -- steps=3
+  [[ $output == *"TUNE_PROFILE_FILE=nosuch.profile: no readable file at $JOB_WORKSPACE/nosuch.profile"* ]]
+  refused_before_job tiny -N 1 -- steps=3 _env_TUNE_PROFILE_FILE=tp
+  [[ $output == *"TUNE_PROFILE_FILE=tp: $JOB_WORKSPACE/tp is a directory"* ]]
+  printf '%s\n' '--xla_ok=1' 'this is not a flag' >"$JOB_WORKSPACE/tp/badline.profile"
+  TUNE_PROFILE_FILE=tp/badline.profile refused_before_job tiny -N 1
+  [[ $output == *"tp/badline.profile:2: 'this is not a flag' is not an XLA flag"* ]]
+  printf 'NCCL_X=\001\000\377\n' >"$JOB_WORKSPACE/tp/garbage.profile"
+  TUNE_PROFILE_FILE=tp/garbage.profile refused_before_job tiny -N 1
+  [[ $output == *"is not a text file"* && $output != *[[:cntrl:]]* ]]
+  TUNE_PROFILE=nosuch refused_before_job tiny -N 1
+  [[ $output == *"TUNE_PROFILE='nosuch' is not a tuning profile; use one of: "* ]]
+}

@@ -146,11 +146,12 @@ env_of() { sed -n "s/^$1=//p" "$RECORD.env"; }
   [[ $(env_of XLA_FLAGS) == "--xla_force_host_platform_device_count=1 --xla_dump_to="* ]]
 }
 
-@test "an unknown TUNE_PROFILE warns and changes nothing" {
+@test "an unknown TUNE_PROFILE stops the job before training (a typo must not train untuned and pass)" {
+  rm -f "$RECORD.env"
   run "$REPO/_train.sh" tiny -- _env_TUNE_PROFILE=no_such_profile
-  [ "$status" -eq 0 ]
-  [[ $output == *"WARNING: unknown TUNE_PROFILE='no_such_profile'"* ]]
-  [ "$(env_of XLA_FLAGS)" = "--xla_force_host_platform_device_count=1" ]
+  [ "$status" -eq 2 ]
+  [[ $output == *"ERROR: TUNE_PROFILE='no_such_profile' is not a tuning profile; use one of: "*" mem95 "* ]]
+  [ ! -e "$RECORD.env" ]   # training never started
 }
 
 @test "enable_checkpointing=true switches the output to a stable per-alias (or per-model) dir" {
@@ -242,5 +243,10 @@ env_of() { sed -n "s/^$1=//p" "$RECORD.env"; }
   TRAIN_PYTHON=$REPO_DIR/.venv/bin/python HANG_TIMEOUT=abc run "$REPO/_train.sh" tiny -- steps=7
   [ "$status" -eq 2 ]
   [[ $output == *"jobkit hang-watchdog: HANG_TIMEOUT=abc is not a positive number of seconds"* ]]
+  [[ $output != *"jobkit launch"* ]]
+  # nan passed a `<= 0` check and made the limit the floor, silently (audit rl4).
+  TRAIN_PYTHON=$REPO_DIR/.venv/bin/python HANG_STEP_FACTOR=nan run "$REPO/_train.sh" tiny -- steps=7
+  [ "$status" -eq 2 ]
+  [[ $output == *"jobkit hang-watchdog: HANG_STEP_FACTOR=nan is not a positive number; e.g. HANG_STEP_FACTOR=10"* ]]
   [[ $output != *"jobkit launch"* ]]
 }

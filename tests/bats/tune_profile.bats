@@ -120,3 +120,33 @@ BASE_FLAGS=--xla_force_host_platform_device_count=1
   run "$REPO/_train.sh" tiny -- "_env_TUNE_PROFILE_FILE=$PROFILE"
   [ "$status" -eq 0 ] && [ "$(env_of NCCL_PROTO)" = Simple ]
 }
+
+@test "a binary profile stops the job in one line of text; its bytes are not echoed" {
+  printf 'NCCL_X=\001\033[2J\000\377\n--xla_ok=1\n' >"$PROFILE"
+  run "$REPO/_train.sh" tiny -- "_env_TUNE_PROFILE_FILE=$PROFILE"
+  [ "$status" -eq 2 ]
+  [ ! -e "$RECORD.env" ]
+  [[ $output == *"ERROR: TUNE_PROFILE_FILE=$PROFILE: $PROFILE is not a text file (it holds control bytes)"* ]]
+  ! grep -q $'[\x01\x1b]' <<<"$output" || false   # (bats: a bare `! cmd` never fails a test)
+}
+
+@test "a directory is named as one, not as a missing file" {
+  run "$REPO/_train.sh" tiny -- _env_TUNE_PROFILE_FILE=profiles
+  [ "$status" -eq 2 ]
+  [[ $output == *"TUNE_PROFILE_FILE=profiles: $JOB_WORKSPACE/profiles is a directory; give a profile file in it"* ]]
+}
+
+@test "named profiles come from the one list in utils/lib/tune_profile.sh: flags in order, settings exported" {
+  "$REPO/_train.sh" tiny -- _env_TUNE_PROFILE=pipelined_collectives
+  [ "$(env_of XLA_FLAGS)" = "$BASE_FLAGS --xla_gpu_enable_pipelined_all_gather=true --xla_gpu_enable_pipelined_reduce_scatter=true --xla_gpu_enable_pipelined_all_reduce=true" ]
+  "$REPO/_train.sh" tiny -- _env_TUNE_PROFILE=mem95
+  [ "$(env_of XLA_PYTHON_CLIENT_MEM_FRACTION)" = .95 ]
+  [ "$(env_of XLA_FLAGS)" = "$BASE_FLAGS" ]
+  # shellcheck source=utils/lib/tune_profile.sh
+  source "$REPO/utils/lib/tune_profile.sh"
+  run tune_profile_check_name "x: " ag_combine_1g
+  [ "$status" -eq 0 ] && [ -z "$output" ]
+  run tune_profile_check_name "x: " $'no\033such'
+  [ "$status" -eq 2 ]
+  [[ $output == "x: TUNE_PROFILE='no?such' is not a tuning profile; use one of: ag_combine_1g ag_combine_256m "* ]]
+}

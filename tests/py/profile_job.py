@@ -78,3 +78,26 @@ def fake_job(workspace: Path, name: str = "local_20260101_000000_abcd-JAX-tiny")
     job_dir = workspace / name
     job_dir.mkdir()
     return job_dir
+
+
+def without_root_powers(*args: str):
+    """`jobkit ARGS` as root with no capabilities: file permissions then hold for it as for any user (the
+    same idiom as test_analyze.py)."""
+    import os
+    import sys
+
+    return subprocess.run(
+        ["setpriv", "--bounding-set=-all", "--inh-caps=-all", "--", str(Path(sys.executable).parent / "jobkit"), *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ},
+    )
+
+
+def someone_elses(job_dir: Path) -> None:
+    """JOB_DIR as a teammate's private job dir: owned by nobody, mode 700."""
+    import os
+
+    os.chown(job_dir, 65534, 65534)
+    job_dir.chmod(0o700)

@@ -20,6 +20,7 @@ from click.testing import CliRunner
 from conftest import REPO
 from launch_env import launcher_env
 
+from jobkit.analysis import compare
 from jobkit.cli import main as jobkit_main
 
 STEP_LINE = re.compile(r"completed step: (\d+), seconds: [\d.]+.*?loss: ([\d.]+)")
@@ -396,6 +397,68 @@ def test_compare_a_sweep_takes_the_last_job_of_each_point(ray_job, plain_job, fa
     )
 
 
+# ---- bad input (round 2) -------------------------------------------------------------------------------------
+NOT_A_LOG = (
+    "not a job log (no KEY=VALUE header with JOB_ID and NNODES); give a log written by submit.sh or run_local.sh"
+)
+
+
+def test_a_synthetic_tsdb_without_head_chunks_is_read_and_the_job_dir_stays_byte_identical(
+    prometheus_installed, tmp_path
+):
+    """promtool opens a TSDB read-only yet creates chunks_head/ in the dir it is given: a TSDB made by backfill
+    (bench/make_synthetic_job.py: blocks and an empty wal/, as a clean shutdown leaves) has none, and analysing
+    it added one to the job dir. promtool is given a private view of links now."""
+    ws = tmp_path / "ws"
+    made = subprocess.run(
+        [os.sys.executable, str(REPO / "bench" / "make_synthetic_job.py"), str(ws), "--nodes", "2", "--steps", "40",
+         "--hours", "0.05", "--id", "777"],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert made.returncode == 0, made.stderr
+    job_dir = next(p for p in ws.iterdir() if p.is_dir())
+    assert not (job_dir / "prometheus" / "chunks_head").exists()
+    before = {**tree(job_dir), "": (job_dir.stat().st_mtime_ns,)}
+    result = analyze(ws, "777", "--output", str(tmp_path / "out"))
+    assert result.exit_code == 0, result.output
+    doc = json.loads((tmp_path / "out" / "analysis.json").read_text())
+    assert doc["hosts"]["available"] and doc["hosts"]["names"] == ["node1", "node2"], doc["hosts"]["why_not"]
+    assert {**tree(job_dir), "": (job_dir.stat().st_mtime_ns,)} == before
+
+
+@pytest.mark.parametrize("data", [bytes(range(256)) * 16, b""], ids=["random", "empty"])
+def test_analyze_and_compare_refuse_a_file_that_is_not_a_job_log_and_write_nothing(tmp_path, data):
+    from conftest import JOBKIT_LOGS
+
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    bad = ws / "garbage.log"
+    bad.write_bytes(data)
+    good = ws / "local_20261122_054900_cd34-JAX-tiny.log"
+    shutil.copy(JOBKIT_LOGS / "launch-tiny-3steps-mfu.log", good)
+    for extra in ([], ["--output", str(tmp_path / "out")], ["--json", "--output", str(tmp_path / "out")]):
+        result = analyze(ws, str(bad), *extra)
+        assert result.exit_code == 1, result.output
+        assert result.stdout == "" and result.stderr == f"jobkit analyze: {bad}: {NOT_A_LOG}\n"
+    result = CliRunner().invoke(jobkit_main, ["compare", str(good), str(bad), "--workspace", str(ws)])
+    assert result.exit_code == 1, result.output
+    assert result.stdout == "" and result.stderr == f"jobkit compare: {bad}: {NOT_A_LOG}\n"
+    assert sorted(p.name for p in tmp_path.rglob("*")) == sorted(
+        [good.name, "garbage.log", "ws"]
+    )  # no out/, no .compare/
+
+
+def test_a_nodelist_that_cannot_be_expanded_costs_only_the_host(tmp_path):
+    from conftest import JOBKIT_LOGS
+
+    log = tmp_path / "local_20261122_054900_cd34-JAX-tiny.log"
+    text = (JOBKIT_LOGS / "launch-tiny-3steps-mfu.log").read_text()
+    log.write_text(text.replace("NNODES=1\n", "NNODES=1\nJOB_NODELIST=node[a-b]\n", 1))
+    result = analyze(tmp_path, str(log), "--output", str(tmp_path / "out"))
+    assert result.exit_code == 0, result.output
+    assert json.loads((tmp_path / "out" / "analysis.json").read_text())["steps"]["logged"] == 3
+
+
 # --------------------------------------------------------------------------------- units (no job)
 def test_nan_samples_of_a_dump_are_no_values_so_host_means_stay_finite():
     """A node that leaves (a 2-node job's end) gets Prometheus staleness markers, which `promtool tsdb dump`
@@ -427,3 +490,16 @@ def test_analysis_json_turns_any_non_finite_number_into_null():
     }
     text = json.dumps(json_safe(doc), allow_nan=False)
     assert json.loads(text) == {"hosts": {"cpu": {"node1": {"mean": None, "max": None, "min": 1.5}}}, "x": [None, 2]}
+
+
+def test_compare_keeps_a_value_that_merely_contains_the_job_id_digits(tmp_path):
+    """Job 5's CLOUD_SDK_VERSION=528.0.0 was dropped as "naming the job" (the id as a substring), so compare
+    reported `env:CLOUD_SDK_VERSION: (unset) | 528.0.0` for two jobs with the same value."""
+    job_dir = tmp_path / "5-JAX-tiny"
+    job_dir.mkdir()
+    (job_dir / "environment.node0.txt").write_text(
+        "CLOUD_SDK_VERSION=528.0.0\nRUN_DIR=/ws/5-JAX-tiny/out\nSTEP_TAG=run-5\nPORT_BASE=15000\n"
+    )
+    env = compare._environment(job_dir, ("5", "JAX-tiny", str(job_dir)))
+    assert env["env:CLOUD_SDK_VERSION"] == "528.0.0" and env["env:PORT_BASE"] == "15000"
+    assert "env:RUN_DIR" not in env and "env:STEP_TAG" not in env  # these do name job 5

@@ -229,6 +229,9 @@ def test_nothing_to_clean(tmp_path, slurm):
     assert result.exit_code == 0 and result.output == f"no snapshots in {tmp_path / 'ws' / '.artifacts'}\n"
     missing = run(tmp_path / "nope")
     assert missing.exit_code == 1 and "does not exist; pass --workspace or set JOB_WORKSPACE" in missing.output
+    (tmp_path / "a.log").write_text("x\n")
+    a_file = run(tmp_path / "a.log")  # the workspace given is a file: called a file, not "does not exist"
+    assert a_file.exit_code == 1 and "is a file, not a directory" in a_file.output
 
 
 def test_per_user_snapshot_dirs_are_cleaned_and_a_linked_user_dir_is_not_followed(tmp_path, slurm):

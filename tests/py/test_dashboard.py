@@ -4,6 +4,7 @@ import datetime as dt
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -11,6 +12,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from pathlib import Path
 
 import pytest
 from browser import BrowserError, artifact_path, load, open_tab
@@ -220,6 +222,27 @@ def test_unreadable_log_is_a_row_the_rest_render(workspace, monkeypatch, request
     assert rows[IDS[0]]["status"] == "SUCCESS" and page.errors == []
 
 
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("setpriv"), reason="needs root and setpriv")
+def test_a_job_dir_it_may_not_read_is_marked_on_its_row_and_the_rest_render(workspace):
+    stem = JOBS[0][0].removesuffix(".log")
+    add_analysis(workspace, stem, {"throughput": {"tgs": {"mean": 1.0}}})
+    os.chown(workspace / stem, 65534, 65534)  # a teammate's job dir, mode 700: its log is readable, it is not
+    (workspace / stem).chmod(0o700)
+    result = subprocess.run(
+        ["setpriv", "--bounding-set=-all", "--inh-caps=-all", "--", str(Path(sys.executable).parent / "jobkit"),
+         "dashboard", "--workspace", str(workspace)],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    page = workspace / ".dashboard" / "index.html"
+    assert result.stdout == f"5 jobs (1 job dir(s) unreadable): {page}\n" and "Traceback" not in result.stderr
+    rows = {m.group(1): m.group(2) for m in re.finditer(r'<tr data-job-id="([^"]+)"(.*?)</tr>', page.read_text(), re.S)}
+    assert len(rows) == 5
+    assert f'title="{stem}/: permission denied">job dir unreadable</span>' in rows[IDS[0]]
+    assert ">SUCCESS<" in rows[IDS[0]]  # what its log says is still shown
+    assert all("job dir unreadable" not in row for job_id, row in rows.items() if job_id != IDS[0])
+
+
 def test_bad_input_one_line_nothing_written(tmp_path, monkeypatch):
     monkeypatch.delenv("JOB_WORKSPACE", raising=False)
     result = run("--workspace", str(tmp_path / "missing"))
@@ -235,6 +258,10 @@ def test_bad_input_one_line_nothing_written(tmp_path, monkeypatch):
     result = run()
     assert result.exit_code == 1 and "Traceback" not in result.output
     assert result.output == f"jobkit dashboard: no job logs in {empty}; run a job first, or pass --workspace\n"
+    assert sorted(p.name for p in empty.iterdir()) == ["notes.log"]
+    # --port means the port --serve listens on: alone it was silently ignored (audit dash6).
+    result = run("--workspace", str(empty), "-p", "8390")
+    assert result.exit_code == 2 and "--port is the port --serve listens on; add --serve" in result.output
     assert sorted(p.name for p in empty.iterdir()) == ["notes.log"]
 
 
@@ -372,3 +399,26 @@ def test_serve_hands_out_no_file_a_planted_link_points_at(workspace, tmp_path):
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=15)
+
+
+@pytest.mark.parametrize(
+    ("first", "message"),
+    [
+        (65535, "port 65535 on 127.0.0.1 is taken; pass --port PORT"),
+        (65530, "ports 65530-65535 on 127.0.0.1 are all taken; pass --port PORT"),
+        (8000, f"ports 8000-{8000 + dashboard_serve.PORT_TRIES - 1} on 127.0.0.1 are all taken; pass --port PORT"),
+    ],
+)
+def test_taken_ports_name_only_ports_that_exist_and_were_tried(monkeypatch, first, message):
+    """-p 65535 with it taken said 'ports 65535-65554' (audit dash9): ports stop at 65535."""
+    tried = []
+
+    def taken(address, handler):
+        tried.append(address[1])
+        raise OSError(98, "Address already in use")
+
+    monkeypatch.setattr(dashboard_serve.http.server, "ThreadingHTTPServer", taken)
+    with pytest.raises(dashboard_serve.JobkitError) as exc:
+        dashboard_serve._bind(first, None)
+    assert exc.value.message == message
+    assert tried == list(range(first, min(first + dashboard_serve.PORT_TRIES, 65536)))

@@ -382,10 +382,10 @@ def test_no_address_given_or_detected_tells_how_to_pass_one(tmp_path):
 @pytest.mark.parametrize(
     "argv, message",
     [
-        (["--interval", "0"], "'--interval' / '-i': must be a positive number of seconds, got 0"),
-        (["--timeout", "-2"], "'--timeout': must be a positive number of seconds, got -2"),
-        (["--interval", "ten"], "must be a positive number of seconds, got ten"),
-        (["--interval", "nan"], "must be a positive number of seconds, got nan"),
+        (["--interval", "0"], "'--interval' / '-i': 0.0 is not in the range 0.0<x<=604800.0"),
+        (["--timeout", "-2"], "'--timeout': -2.0 is not in the range 0.0<x<=604800.0"),
+        (["--interval", "ten"], "'ten' is not a finite number of seconds"),
+        (["--interval", "nan"], "'nan' is not a finite number of seconds"),
         (["--port", "70000"], "'--port' / '-p': 70000 is not in the range 1<=x<=65535"),
     ],
 )

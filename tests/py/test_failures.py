@@ -254,3 +254,97 @@ def test_why_lists_each_ranks_core_of_a_multi_node_job_and_blames_the_first_cras
         "  core: /ws/4242-JAX-tiny/cores/core.node1.jobkit.10 (2.1GiB) (not on this machine)",
     ]
     assert "    native stacks: gdb -batch -ex 'thread apply all bt' /opt/venv/bin/python3 " in lines[4]
+
+
+# ------------------------------------------------------------------------------- bad input (round 2)
+
+
+def why_result(*args):
+    from click.testing import CliRunner
+
+    from jobkit.cli import main
+
+    return CliRunner().invoke(main, ["why", *map(str, args)])
+
+
+SUCCESS_SUMMARY = "==== JOB SUMMARY ====\n  Status: SUCCESS (exit 0)\n=====================\n"
+STEPS = "".join(
+    f"I1124 07:31:0{n}.338372 1 metric_logger.py:265] completed step: {n}, seconds: 0.1, loss: 5.9\n" for n in range(3)
+)
+
+
+@pytest.mark.parametrize("data", [bytes(range(256)) * 16, b"", b"just some text\n"], ids=["random", "empty", "text"])
+def test_why_refuses_a_file_that_is_not_a_job_log(tmp_path, data):
+    log = tmp_path / "x.log"
+    log.write_bytes(data)
+    result = why_result(log)
+    assert result.exit_code == 1
+    assert result.stdout == ""
+    assert result.stderr == (
+        f"jobkit why: {log}: not a job log (no KEY=VALUE header with JOB_ID and NNODES); "
+        "give a log written by submit.sh or run_local.sh\n"
+    )
+
+
+def test_why_classifies_a_log_whose_nodelist_it_cannot_expand_and_says_so(tmp_path):
+    log = tmp_path / "local_1-JAX-tiny.log"
+    log.write_text(JOB_HEADER.replace("JOB_NODELIST=vm", "JOB_NODELIST=node[a-b]") + SEGFAULT)
+    result = why_result(log)
+    assert result.exit_code == 0, result.output
+    assert result.stdout.splitlines()[0] == "killed-by-signal: SIGSEGV"
+    assert result.stderr.startswith(f"jobkit why: {log}: JOB_NODELIST=node[a-b] cannot be expanded (")
+    assert result.stderr.endswith("); no host is named by rank\n") and result.stderr.count("\n") == 1
+
+
+@pytest.mark.parametrize("code", ["99999999999999999999", "-9", "256"])
+def test_why_exit_code_must_be_0_to_255(tmp_path, code):
+    log = tmp_path / "local_1-JAX-tiny.log"
+    log.write_text(JOB_HEADER + SEGFAULT)
+    result = why_result(log, "--exit-code", code)
+    assert result.exit_code == 2
+    assert "Invalid value for '--exit-code'" in result.stderr and "0<=x<=255" in result.stderr
+    assert result.stdout == ""
+
+
+def test_why_on_a_successful_run_says_there_is_nothing_to_classify(tmp_path):
+    log = tmp_path / "local_1-JAX-tiny.log"
+    log.write_text(JOB_HEADER + STEPS + SUCCESS_SUMMARY)
+    for args in ([], ["--status", "success"], ["--exit-code", "0"], ["--status", "SUCCESS", "--exit-code", "0"]):
+        result = why_result(log, *args)
+        assert (result.exit_code, result.output) == (0, "succeeded: nothing to classify\n"), args
+    # The caller's word wins over the summary's: a run called failed is classified.
+    result = why_result(log, "--status", "FAILED", "--exit-code", "1")
+    assert result.exit_code == 0 and result.output == "unknown: exit 1\n"
+
+
+def test_why_on_a_log_without_a_job_summary_says_it_is_incomplete(tmp_path):
+    log = tmp_path / "local_1-JAX-tiny.log"
+    log.write_text(JOB_HEADER + STEPS + "I1124 07:31:04.000000 1 metric_logger.py:265] completed st")  # cut short
+    incomplete = "the log has no JOB SUMMARY: the job is still running, or it died without writing one"
+    result = why_result(log)
+    assert (result.exit_code, result.output) == (0, f"incomplete: {incomplete}\n")
+    # A cause in the log is still named, with the note.
+    log.write_text(JOB_HEADER + STEPS + "jax.errors.JaxRuntimeError: RESOURCE_EXHAUSTED: Out of memory\n")
+    lines = why_result(log).output.splitlines()
+    assert lines[0] == "oom" and lines[-1] == f"  note: {incomplete}"
+    # Told how it ended, why classifies as before.
+    assert why_result(log, "--exit-code", "1").output.splitlines()[0] == "oom"
+
+
+def test_a_launcher_refusal_before_training_is_a_config_error_with_its_line(tmp_path):
+    refusal = (
+        "[train_env] ERROR: TUNE_PROFILE_FILE=nosuch.profile: no readable file at /ws/nosuch.profile; "
+        "give an existing profile file (relative paths start at JOB_WORKSPACE)"
+    )
+    log = tmp_path / "local_1-JAX-tiny.log"
+    log.write_text(
+        JOB_HEADER + "== Training BEGIN ==\n" + refusal + "\n== Training FAILED (exit=1, 0s) ==\n"
+        "==== JOB SUMMARY ====\n  Status: FAILED (exit 1)\n=====================\n"
+    )
+    result = why_result(log)
+    assert result.exit_code == 0, result.output
+    assert result.output.splitlines()[:2] == ["config-error", f"  evidence: {refusal}"]
+    die = "_train.sh: no config for model 'nosuch' (/repo/configs/nosuch.yml); pick one of configs/*.yml"
+    assert failures.classify(f"0: {die}\n", "FAILED", 2).reason == "config-error"
+    # Only at the start of a line: a quoted mention elsewhere is not the launcher refusing.
+    assert failures.classify("echo '[train_env] ERROR: x'\n", "FAILED", 1).reason != "config-error"

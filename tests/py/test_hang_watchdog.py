@@ -54,6 +54,23 @@ def test_bad_settings_are_one_line_errors(env, message):
         hw.Settings.from_env(env)
 
 
+@pytest.mark.parametrize("name", ["HANG_TIMEOUT", "HANG_COMPILE_TIMEOUT", "HANG_STEP_FACTOR"])
+@pytest.mark.parametrize("raw", ["nan", "NaN", "inf", "-inf"])
+def test_nan_and_inf_settings_are_refused_by_the_check(name, raw):
+    """nan passed `value <= 0`: HANG_STEP_FACTOR=nan made every limit the floor, silently (audit rl4)."""
+    result = CliRunner().invoke(hw.command, ["--check"], env={name: raw})
+    assert result.exit_code == 2, result.output
+    assert f"{name}={raw} is not a positive number" in result.output
+    assert len(result.output.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("interval", ["nan", "inf", "0", "1e300"])
+def test_interval_must_be_finite_seconds(interval):
+    result = CliRunner().invoke(hw.command, ["--check", "--interval", interval])
+    assert result.exit_code == 2
+    assert "Invalid value for '--interval'" in result.output
+
+
 def test_limit_is_the_compile_allowance_first_then_a_multiple_of_the_median_step_with_a_floor():
     settings = hw.Settings(floor=30, compile_allowance=1200, factor=10)
     progress = hw.Progress(None, changed_at=0)

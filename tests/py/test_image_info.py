@@ -155,3 +155,31 @@ def test_no_engine_and_a_missing_tarball(tool_path, tmp_path):
     result = CliRunner().invoke(main, ["image-info", "--engine", "podman", str(tmp_path / "gone.tar")])
     assert result.exit_code == 1
     assert result.output.strip().endswith("gone.tar is not a file; give an image tarball or an image name")
+
+
+def test_an_empty_name_and_a_directory_are_refused_before_the_engine_is_asked(tool_path, tmp_path):
+    tool_path("podman")
+    for image, said in (("", "no image given"), (str(tmp_path), f"{tmp_path} is a directory")):
+        result = CliRunner().invoke(main, ["image-info", "--engine", "podman", image])
+        assert result.exit_code == 1
+        assert said in result.output and len(result.output.strip().splitlines()) == 1
+
+
+def test_a_failed_load_names_the_engines_own_summary_not_a_cut_tail(tool_path, tmp_path):
+    """podman load's stderr for a tarball that is no image (recorded shape): its summary is the `Error:` line;
+    the last 300 characters of the whole text began mid-word ("ge.tar/index.json ...") and lost it."""
+    stub = tool_path("podman")
+    lines = [
+        "Error: payload does not match any of the supported image formats:",
+        f" * oci: open {tmp_path}/garbage.tar/index.json: not a directory",
+        " * oci-archive: loading index: open /var/tmp/oci123/index.json: no such file or directory",
+        " * docker-archive: loading tar component manifest.json: file does not exist",
+        f" * dir: open {tmp_path}/garbage.tar/manifest.json: not a directory",
+    ]
+    stub.write_text("#!/bin/sh\nprintf '%s\\n' " + " ".join(f"'{line}'" for line in lines) + " >&2\nexit 125\n")
+    (tmp_path / "garbage.tar").write_bytes(b"\x00garbage")
+    result = CliRunner().invoke(main, ["image-info", "--engine", "podman", str(tmp_path / "garbage.tar")])
+    assert result.exit_code == 1
+    assert result.output.strip().endswith(
+        "failed: Error: payload does not match any of the supported image formats:"
+    ), result.output

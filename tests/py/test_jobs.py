@@ -3,8 +3,11 @@ write), and `tail` following a log that grows."""
 
 import json
 import os
+import shutil
 import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -90,7 +93,88 @@ def test_jobs_filters_and_json(workspace):
 def test_tail_resolves_latest_id_and_name_part(workspace, spec, expected):
     result = run("tail", spec, "--workspace", str(workspace), "--no-follow", "-n", "2")
     assert result.exit_code == 0, result.output
-    assert result.output.splitlines() == (workspace / expected).read_text().splitlines()[-2:]
+    assert result.stdout.splitlines() == (workspace / expected).read_text().splitlines()[-2:]
+    assert result.stderr == f"jobkit tail: {workspace / expected}\n", "which log the spec named"
+
+
+@pytest.mark.parametrize(
+    ("spec", "expected"),
+    [
+        ("local_20261122_054800", "local_20261122_054800_ab12-JAX-tiny.log"),  # an id up to one of its '_'
+        ("31-JAX", "31-JAX-tiny-pre1.log"),  # the log name's start
+        ("12", "12-JAX-tiny-x.log"),  # a whole id, though '12' is in both local ids' dates too
+    ],
+)
+def test_tail_matches_ids_whole_or_up_to_an_underscore(workspace, spec, expected):
+    (workspace / "12-JAX-tiny-x.log").write_text("JOB_ID=12\na line\n")
+    result = run("tail", spec, "--workspace", str(workspace), "--no-follow", "-n", "1")
+    assert result.exit_code == 0, result.output
+    assert result.stderr == f"jobkit tail: {workspace / expected}\n"
+
+
+@pytest.mark.parametrize("spec", ["3", "2026", "0548"])
+def test_a_piece_of_an_id_names_no_job(workspace, spec):
+    # '3' is in 31, '2026' and '0548' in the local ids: none is a whole id, an id's leading part or a name part.
+    result = run("tail", spec, "--workspace", str(workspace), "--no-follow")
+    assert result.exit_code == 1
+    assert result.output == f"jobkit tail: no job matching '{spec}' in {workspace}; see 'jobkit jobs'\n"
+
+
+def test_an_empty_job_is_refused(workspace):
+    result = run("tail", "", "--workspace", str(workspace), "--no-follow")
+    assert result.exit_code == 1
+    assert result.output == (
+        "jobkit tail: give a job: latest, a job id, a unique part of its name, or its log / job dir path\n"
+    )
+
+
+def test_a_file_given_as_the_workspace_is_called_a_file(workspace):
+    log = workspace / "31-JAX-tiny-pre1.log"
+    for command in (["jobs"], ["tail", "latest"], ["tag", "--all"], ["analyze", "latest"], ["dashboard"]):
+        result = run(*command, "--workspace", str(log))
+        assert result.exit_code == 1
+        assert result.output == (
+            f"jobkit {command[0]}: workspace {log} is a file, not a directory; pass the directory that holds the "
+            "job logs (--workspace or JOB_WORKSPACE)\n"
+        )
+
+
+def _without_root_powers(*args):
+    """jobkit as root with no capabilities: a mode-000 file is then as unreadable to it as to any user."""
+    return subprocess.run(
+        ["setpriv", "--bounding-set=-all", "--inh-caps=-all", "--", str(Path(sys.executable).parent / "jobkit"), *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+needs_root = pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("setpriv"), reason="needs root and setpriv")
+
+
+@needs_root
+def test_an_unreadable_log_is_one_row_and_the_others_are_listed(workspace):
+    bad = workspace / "31-JAX-tiny-pre1.log"
+    bad.chmod(0)
+    result = _without_root_powers("jobs", "--workspace", str(workspace))
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == f"jobkit jobs: cannot read {bad}: Permission denied; its row says unreadable\n"
+    rows = [line.split() for line in result.stdout.splitlines()[1:]]
+    assert [(r[0], r[3]) for r in rows] == [
+        ("local_20261122_054800_ab12", "SUCCESS"),
+        ("31", "unreadable"),
+        ("local_20261122_055000_ef56", "FAILED"),
+    ]
+
+
+@needs_root
+@pytest.mark.parametrize("follow", [[], ["--no-follow"]])
+def test_tail_of_an_unreadable_log_is_one_line(workspace, follow):
+    bad = workspace / "31-JAX-tiny-pre1.log"
+    bad.chmod(0)
+    result = _without_root_powers("tail", "31", "--workspace", str(workspace), *follow)
+    assert result.returncode == 1 and result.stdout == ""
+    assert result.stderr == f"jobkit tail: cannot read {bad}: Permission denied; check its permissions\n"
 
 
 def test_tail_errors_name_the_fix(workspace):

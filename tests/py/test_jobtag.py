@@ -3,6 +3,9 @@
 
 import json
 import os
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -114,7 +117,7 @@ def test_tag_renames_log_and_dir_and_repoints_every_link_and_record(ws):
     listed = run("jobs", "--workspace", str(ws), "--json")
     assert json.loads(listed.output)["log"] == str(ws / f"{TAGGED}.log")
     tail = run("tail", "pre1", "--workspace", str(ws), "--no-follow", "-n", "1")
-    assert tail.exit_code == 0 and tail.output == "=====================\n"
+    assert tail.exit_code == 0 and tail.stdout == "=====================\n"
 
 
 def test_tag_again_does_nothing(ws):
@@ -262,3 +265,82 @@ def test_all_tags_finished_jobs_and_reports_each_skip(ws):
     ]
     assert (ws / "local_20261122_054800_ab12-JAX-tiny-tgs24719" / "log").resolve().is_file()
     assert run("tag", "--all", "--workspace", str(ws)).output.count("already tagged") == 3, "idempotent"
+
+
+def _without_root_powers(*args):
+    """jobkit as root with no capabilities: a mode-000 file or dir is then as closed to it as to any user."""
+    return subprocess.run(
+        ["setpriv", "--bounding-set=-all", "--inh-caps=-all", "--", str(Path(sys.executable).parent / "jobkit"), *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+needs_root = pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("setpriv"), reason="needs root and setpriv")
+
+
+@needs_root
+@pytest.mark.parametrize("dry_run", [[], ["--dry-run"]])
+def test_a_job_dir_it_may_not_change_is_refused_before_anything_is_renamed(ws, dry_run):
+    (ws / PRE1).chmod(0)  # its `log` link could not be repointed: renaming the log would leave it dangling
+    try:
+        before = sorted(os.listdir(ws))
+        result = _without_root_powers("tag", "latest", "--workspace", str(ws), *dry_run)
+        assert result.returncode == 1 and result.stdout == ""
+        assert result.stderr == (
+            f"jobkit tag: {PRE1}: cannot read and write {ws / PRE1} (permission denied), so its renames and links "
+            "could not all be done; fix its permissions (or tag as its owner), then tag again\n"
+        )
+        assert sorted(os.listdir(ws)) == before
+    finally:
+        (ws / PRE1).chmod(0o755)
+    assert os.readlink(ws / PRE1 / "log") == f"../{PRE1}.log"
+
+
+@needs_root
+def test_a_subdir_it_may_not_read_is_refused_before_anything_is_renamed(ws):
+    (ws / PRE1 / "tensorboard").chmod(0)  # a link in it would not be seen, so not repointed
+    try:
+        before = sorted(os.listdir(ws))
+        result = _without_root_powers("tag", "latest", "--workspace", str(ws), "--dry-run")
+        assert result.returncode == 1
+        assert result.stderr == (
+            f"jobkit tag: {PRE1}: cannot read {ws / PRE1 / 'tensorboard'} (Permission denied), so the links in it "
+            "could not be repointed; fix its permissions (or tag as its owner), then tag again\n"
+        )
+        assert sorted(os.listdir(ws)) == before
+    finally:
+        (ws / PRE1 / "tensorboard").chmod(0o755)
+
+
+@needs_root
+def test_all_skips_an_unreadable_log_and_tags_the_others(ws):
+    add_job(ws, "local_20261122_054800_ab12-JAX-tiny", JOBKIT_LOGS / "launch-tiny-20steps-mfu.log")
+    bad = ws / "local_20261122_054800_ab12-JAX-tiny.log"
+    bad.chmod(0)
+    result = _without_root_powers("tag", "--all", "--workspace", str(ws))
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == ""
+    assert (
+        f"skip local_20261122_054800_ab12-JAX-tiny: cannot read {bad}: Permission denied; check its permissions"
+        in result.stdout.splitlines()
+    )
+    assert (ws / f"{TAGGED}.log").is_file() and bad.exists(), "the readable job tagged, the other left alone"
+
+
+def test_a_job_tagged_meanwhile_is_already_tagged(ws, monkeypatch):
+    """Two `jobkit tag` at once: the one that lost the race reads the log, then finds it renamed."""
+    from jobkit.ops import jobtag
+
+    real = jobtag.steady_tgs
+
+    def tagged_by_the_other(log):
+        found = real(log)
+        os.rename(log, ws / f"{TAGGED}.log")  # the other run renames it after this one has read it
+        return found
+
+    monkeypatch.setattr(jobtag, "steady_tgs", tagged_by_the_other)
+    result = run("tag", "latest", "--workspace", str(ws))
+    assert result.exit_code == 0, result.output
+    assert result.output == f"{PRE1}: already tagged as {TAGGED}; nothing to do\n"

@@ -272,6 +272,55 @@ def test_bad_input_is_one_line(env, args, setup, message):
         assert (ws / ".monitor" / "state.json").read_text() == "{not json"  # the user's file is left as it was
 
 
+@pytest.mark.parametrize(
+    ("content", "problem"),
+    [
+        (b"\xe2\x28\xa1 binary\x00", "not UTF-8 text"),
+        (b'{"jobs": 5}', "no start time"),
+        (b'{"started": 1, "jobs": 5}', "'jobs' is not an object"),
+        (b'{"started": 1, "jobs": {"500": {"seen": [], "state": null, "offset": "x"}}}', "job 500's record is not"),
+        (b"[1, 2]", "not a JSON object"),
+    ],
+)
+def test_a_state_file_the_monitor_did_not_write_is_one_line(env, tmp_path, content, problem):
+    ws, cluster = env
+    cluster.set("500|RUNNING")
+    write_log(ws, "500", steps=range(3))
+    state = tmp_path / "badstate.json"
+    state.write_bytes(content)
+    result = CliRunner().invoke(main, ["monitor", "--once", "--no-notify", "--state", str(state), "500"])
+    assert result.exit_code == 2
+    assert result.output.startswith(f"jobkit monitor: state file {state} cannot be read ({problem}")
+    assert result.output.endswith("); move it away to start afresh\n") and result.output.count("\n") == 1
+    assert state.read_bytes() == content, "the user's file is left as it was"
+
+
+def test_once_and_daemon_together_are_refused(env, tmp_path):
+    state = tmp_path / "m" / "state.json"
+    result = CliRunner().invoke(main, ["monitor", "--once", "--daemon", "--no-notify", "--state", str(state)])
+    assert result.exit_code == 2
+    assert result.output == (
+        "jobkit monitor: --once polls once in the foreground (for cron), --daemon keeps polling in the background; "
+        "give one of them\n"
+    )
+    assert not state.parent.exists(), "nothing written"
+
+
+def test_a_job_nobody_knows_is_warned_about_once(env):
+    ws, cluster = env
+    cluster.set("500|RUNNING")
+    write_log(ws, "500", steps=range(3))
+    result = CliRunner().invoke(main, ["monitor", "--once", "--no-notify", "99999999", "500"])
+    assert result.exit_code == 0, result.output
+    assert result.stderr.endswith(
+        f" monitor: WARNING: job 99999999 has no log in {ws} and the scheduler does not know it; "
+        "check the id (and --workspace)\n"
+    )
+    assert result.stderr.count("\n") == 1, "job 500 is known: no warning for it"
+    cluster.set("99999999|PENDING")  # it is known once the scheduler lists it
+    assert "WARNING" not in CliRunner().invoke(main, ["monitor", "--once", "--no-notify", "99999999"]).output
+
+
 def test_state_is_never_written_through_a_planted_link(env, tmp_path):
     ws, slurm = env
     slurm.set("700|RUNNING\n")
@@ -357,3 +406,24 @@ def test_an_ended_job_whose_teardown_did_not_backfill_gets_its_backfill_from_the
     assert not (tsdb / tb_backfill.PENDING).exists()
     assert list(tsdb.glob("01*"))  # a real TSDB block, written by promtool
     assert poll("500") == []
+
+
+@pytest.mark.parametrize("interval", ["nan", "inf", "-1", "0.05", "1e300"])
+def test_interval_must_be_a_finite_number_of_seconds(tmp_path, interval):
+    """--interval nan passed FloatRange(0.1) and crashed time.sleep after the first poll (audit mon5/mon8)."""
+    result = CliRunner().invoke(
+        main, ["monitor", "--once", "--no-notify", "--interval", interval], env={"JOB_WORKSPACE": str(tmp_path)}
+    )
+    assert result.exit_code == 2, result.output
+    assert "Invalid value for '--interval'" in result.output
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(("option", "value"), [("--stall", "nan"), ("--stall", "inf"), ("--tgs-drop", "nan")])
+def test_stall_and_tgs_drop_must_be_finite(tmp_path, option, value):
+    result = CliRunner().invoke(
+        main, ["monitor", "--once", "--no-notify", option, value], env={"JOB_WORKSPACE": str(tmp_path)}
+    )
+    assert result.exit_code == 2, result.output
+    assert f"Invalid value for '{option}'" in result.output
+    assert list(tmp_path.iterdir()) == []

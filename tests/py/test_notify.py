@@ -81,6 +81,30 @@ def test_no_targets_names_every_place_to_put_them(clean_env):
     assert "$JOBKIT_NOTIFY_URLS" in result.output and "--url" in result.output
 
 
+@pytest.mark.parametrize("content", [b"\xfc\x00\x13 binary", b"json://127.0.0.1:9/x\x00\n"])
+def test_a_binary_config_file_is_one_line(clean_env, content):
+    conf = clean_env / "config" / "jobkit" / "notify.conf"
+    conf.parent.mkdir(parents=True)
+    conf.write_bytes(content)
+    conf.chmod(0o600)
+    result = run("hi")
+    assert result.exit_code == 2
+    assert result.output == (
+        f"jobkit notify: {conf} is not a text file of apprise URLs; put one URL per line in it (or move it away)\n"
+    )
+
+
+def test_a_directory_where_the_config_file_goes_is_called_a_directory(clean_env):
+    conf = clean_env / "config" / "jobkit" / "notify.conf"
+    conf.mkdir(parents=True)
+    result = run("hi")
+    assert result.exit_code == 2
+    assert result.output == (
+        f"jobkit notify: {conf} is a directory, not a file of apprise URLs; move it away and put the URLs in a "
+        "file of that name (chmod 600), or set $JOBKIT_NOTIFY_CONFIG\n"
+    )
+
+
 def test_malformed_url_is_a_config_error(clean_env):
     result = run("hi", "--url", "not a url")
     assert result.exit_code == 2

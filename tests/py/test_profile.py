@@ -7,10 +7,19 @@ checked on synthetic HLO and trace events.
 """
 
 import json
+import os
+import shutil
 
 import pytest
 from click.testing import CliRunner
-from profile_job import PROFILER_STEPS, SKIP_STEPS, fake_job, profiled_job  # noqa: F401 - a fixture
+from profile_job import (  # noqa: F401 - profiled_job is a fixture
+    PROFILER_STEPS,
+    SKIP_STEPS,
+    fake_job,
+    profiled_job,
+    someone_elses,
+    without_root_powers,
+)
 
 from jobkit.analysis import hlo, profile
 from jobkit.cli import main
@@ -241,3 +250,23 @@ def test_hlo_stats_rows_are_read_by_column_id_and_idle_is_dropped():
         ("31", "all-reduce-start.1", "all-reduce", 3, 40.0),
     ]
     assert [profile.categorize(None, name, cat) for _, name, cat, _, _ in got] == ["matmul/convolution", "collectives"]
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("setpriv"), reason="needs root and setpriv")
+def test_a_job_dir_it_may_not_read_says_permission_denied_not_rerun(tmp_path):
+    job_dir = fake_job(tmp_path / "ws")
+    (job_dir / "tiny" / "tensorboard" / "plugins" / "profile" / "s1").mkdir(parents=True)
+    someone_elses(job_dir)
+    result = without_root_powers("profile", "latest", "--workspace", str(tmp_path / "ws"))
+    assert result.returncode == 1 and result.stdout == ""
+    assert result.stderr == f"jobkit profile: cannot read {job_dir}: permission denied; ask its owner for read access\n"
+
+
+def test_an_empty_xplane_is_refused_not_a_zero_report(tmp_path):
+    job_dir = fake_job(tmp_path / "ws")
+    session = job_dir / "tiny" / "tensorboard" / "plugins" / "profile" / "2026_01_01_00_00_00"
+    session.mkdir(parents=True)
+    (session / "vm.xplane.pb").write_bytes(b"")
+    _bad(
+        ["latest", "--workspace", str(tmp_path / "ws")], f"{session}/vm.xplane.pb is empty (0 bytes", "profiler=xplane"
+    )

@@ -368,3 +368,73 @@ def test_the_backfills_admin_api_refuses_requests_without_its_password(stopped_t
     finally:
         server.stop()
     assert not web_config.exists()
+
+
+# ---- bad input to list and view, on TSDB dirs made by hand (no Prometheus runs)
+
+META = '{"ulid": "%s", "minTime": 1795000000000, "maxTime": 1795000600000, "version": 1}'
+
+
+def _block(tsdb: Path, ulid: str, text: bytes) -> None:
+    (tsdb / ulid).mkdir(parents=True)
+    (tsdb / ulid / "meta.json").write_bytes(text)
+
+
+def _as_plain_root(*args, env=None):
+    """prometheus.sh as root with no capabilities: a mode-000 dir is then as closed to it as to any user."""
+    return subprocess.run(
+        ["setpriv", "--bounding-set=-all", "--inh-caps=-all", "--", str(SCRIPT), *map(str, args)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
+
+
+def test_a_file_given_as_the_workspace_or_the_job_is_called_a_file(workspace):
+    log = workspace / "781-x.log"
+    log.write_text("a log\n")
+    listed = sh("list", log, check=False)
+    assert listed.returncode == 1
+    assert listed.stderr == (
+        f"prometheus.sh: list: workspace {log} is a file, not a directory; pass the directory that holds the job "
+        "dirs or set JOB_WORKSPACE\n"
+    )
+    viewed = sh("view", log, check=False)
+    assert viewed.returncode == 1
+    assert viewed.stderr == (
+        f"prometheus.sh: view: {log} is a file, not a directory; pass a job dir, its prometheus/ dir, or a job id\n"
+    )
+
+
+def test_list_says_damaged_for_a_damaged_meta_json_without_a_bash_warning(workspace):
+    ulid = "01JD2X3Y4Z5A6B7C8D9E0F1G2H"
+    _block(workspace / "777-ok" / "prometheus", ulid, (META % ulid).encode())
+    _block(workspace / "778-nul" / "prometheus", ulid, b"\x00\x01garbage\x00" * 4)
+    _block(workspace / "779-cut" / "prometheus", ulid, b'{"ulid": "x", "minTi')
+    proc = sh("list")
+    assert proc.stderr == "", "no bash warning (ignored null byte) and nothing else"
+    lines = {line.split()[0]: line for line in proc.stdout.splitlines()}
+    assert lines["777-ok"].endswith(f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(1795000600))}")
+    assert lines["778-nul"].endswith("damaged: 1 block meta.json cannot be read")
+    assert lines["779-cut"].endswith("damaged: 1 block meta.json cannot be read")
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("setpriv"), reason="needs root and setpriv")
+def test_an_unreadable_tsdb_is_listed_as_such_and_view_says_permission_denied(workspace):
+    ulid = "01JD2X3Y4Z5A6B7C8D9E0F1G2H"
+    tsdb = workspace / "781-closed" / "prometheus"
+    _block(tsdb, ulid, (META % ulid).encode())
+    tsdb.chmod(0)
+    try:
+        listed = _as_plain_root("list")
+        assert listed.returncode == 0, listed.stderr
+        assert listed.stdout == f"781-closed  ?  cannot read {tsdb}: permission denied\n"
+        viewed = _as_plain_root("view", "781")
+        assert viewed.returncode == 1
+        assert viewed.stderr == (
+            f"prometheus.sh: view: cannot read {tsdb}: permission denied; ask its owner, or view it as a user who "
+            "may read it\n"
+        )
+    finally:
+        tsdb.chmod(0o755)

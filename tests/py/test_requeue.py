@@ -322,6 +322,81 @@ def test_dry_run_and_not_retried_exit_codes(tmp_path, job_dir):
     assert "retries used up (0 allowed, this was attempt 1)" in off.output
 
 
+@pytest.mark.parametrize("data", [bytes(range(256)) * 16, b""], ids=["random", "empty"])
+def test_a_file_that_is_not_a_job_log_is_refused_and_nothing_is_made(tmp_path, data):
+    log = tmp_path / "500-tiny.log"
+    log.write_bytes(data)
+    env = {"MAX_RETRIES": "2"}
+    for args in (["--dry-run", str(log)], [str(log)]):
+        result = CliRunner().invoke(main, ["requeue", *args], env=env)
+        assert result.exit_code == 1, result.output
+        assert result.stdout == ""
+        assert result.stderr == (
+            f"jobkit requeue: {log}: not a job log (no KEY=VALUE header with JOB_ID and NNODES); "
+            "give a log written by submit.sh or run_local.sh\n"
+        )
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["500-tiny.log"]  # no job dir made for requeue.json
+
+
+def test_help_says_what_is_retried_how_often_and_what_dry_run_does():
+    result = CliRunner().invoke(main, ["requeue", "--help"])
+    assert result.exit_code == 0
+    text = " ".join(result.output.split())
+    assert all(name in text for name in requeue.RETRYABLE)
+    for needle in ("MAX_RETRIES", "REQUEUE_EXCLUDE", "--dry-run", "At most once per job", "requeue.json"):
+        assert needle in text
+    assert "doc)" not in text  # it used to send the reader to the module's docstring
+
+
+def test_dry_run_on_a_job_already_requeued_names_the_next_job_the_rule_and_the_exclude_list(tmp_path):
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    log = ws / "500-tiny.log"
+    log.write_text(job_log("srun: error: Node failure on node2\n", "CANCELLED", 143))
+    snap = fake_snapshot(tmp_path, f"Submitted job 501 (tiny)\\n  job dir:  {ws / '501-tiny'}\\n")
+    env = {"MAX_RETRIES": "2", "MAXTEXT_LAUNCHER_DIR": str(snap), "SUBMIT_ARGV": "tiny -N 2", "PATH": "/usr/bin:/bin"}
+    assert requeue.requeue(log, env)[1] == "501"
+    claim = ws / "500-tiny" / "requeue.json"
+    before = claim.read_bytes()
+    dry = CliRunner().invoke(main, ["requeue", "--dry-run", str(log)], env={"MAX_RETRIES": "2"})
+    assert dry.exit_code == 3
+    assert dry.output == (
+        f"== not requeued: already requeued as job 501, excluding node2 (see {claim}); "
+        "a job is requeued at most once ==\n"
+    )
+    assert claim.read_bytes() == before  # --dry-run writes nothing
+    claim.write_text(json.dumps({"decision": {"exclude": []}, "error": "submit.sh failed (exit 1): no Slurm"}))
+    dry = CliRunner().invoke(main, ["requeue", "--dry-run", str(log)], env={"MAX_RETRIES": "2"})
+    assert "a requeue was claimed and failed (submit.sh failed (exit 1): no Slurm), excluding no hosts" in dry.output
+    claim.write_bytes(b"\x00\xff garbage")
+    dry = CliRunner().invoke(main, ["requeue", "--dry-run", str(log)], env={"MAX_RETRIES": "2"})
+    assert dry.exit_code == 3 and len(dry.output.splitlines()) == 1
+    assert f"already requeued ({claim} cannot be read: " in dry.output and "\x00" not in dry.output
+
+
+@pytest.mark.parametrize("raw", ["abc", "-1", "1.5", "2x", "1234567890"])
+@pytest.mark.parametrize("dry_run", [True, False])
+def test_a_bad_max_retries_is_refused_not_read_as_a_number(tmp_path, job_dir, raw, dry_run):
+    """MAX_RETRIES=abc was read as 0 and -1 echoed as '-1 allowed' (audit rq2/rq3); submit.sh refuses both."""
+    log = tmp_path / "500-tiny.log"
+    log.write_text(job_log("0: == HANG detected (phase training, last step 4, 9 s since) ==\n", "HANG", 143))
+    before = sorted(p.name for p in tmp_path.rglob("*"))
+    result = CliRunner().invoke(
+        main, ["requeue", *(["--dry-run"] if dry_run else []), str(log)], env={"MAX_RETRIES": raw}
+    )
+    assert result.exit_code == 1, result.output
+    assert result.output.strip() == (
+        f"== REQUEUE FAILED: MAX_RETRIES={raw!r} is not a whole number of 1 to 9 digits;"
+        " set it to one (e.g. MAX_RETRIES=0) or unset it =="
+    )
+    assert sorted(p.name for p in tmp_path.rglob("*")) == before
+
+
+def test_max_retries_is_read_as_decimal(tmp_path, job_dir):
+    text = job_log("0: == HANG detected (phase training, last step 4, 9 s since) ==\n", "HANG", 143)
+    assert requeue.decide(logparse.parse_text(text), text, {"MAX_RETRIES": "010"}, job_dir).max_retries == 10
+
+
 # --------------------------------------------------------------------------------- real jobs on the cluster
 # (imports here, after the unit tests, keep the units runnable without the cluster helpers' set-up cost)
 import signal  # noqa: E402
@@ -534,3 +609,12 @@ def test_a_node_that_fails_mid_job_is_excluded_from_the_requeued_attempt(local_c
     record = json.loads((log.with_suffix("") / "requeue.json").read_text())
     assert record["decision"]["exclude"] == ["node2"] and record["decision"]["why"].startswith("node-fail")
     assert node_state(local_cluster, "node2") == "idle"
+
+
+def test_a_nodelist_slurm_would_refuse_costs_only_the_blamed_host(tmp_path):
+    """A log whose JOB_NODELIST cannot be expanded (why8's `node[a-b]`) is still classified; it excludes no host."""
+    text = job_log("srun: error: Node failure on node2\n", "CANCELLED", 143).replace("node[1-2]", "node[a-b]", 1)
+    log = tmp_path / "500-tiny.log"
+    log.write_text(text)
+    found = requeue.outcome(logparse.load(log), text, tmp_path / "500-tiny")
+    assert found is not None and found.reason

@@ -93,10 +93,10 @@ def test_leaderboard_ranks_by_tgs_with_deltas_verdicts_and_the_winner(monkeypatc
 
 def test_every_job_is_synthetic_pinned_and_profiles_reach_it_as_a_file(monkeypatch, tmp_path):
     cat = write(tmp_path)
-    args = ["xla", "--id", "x1", "tiny", "-N", "2", "-w", "n[1-2]", "--catalog", str(cat), "--steps", "9"]
+    args = ["xla", "--id", "x1", "tiny", "-N", "2", "-w", "n[1-2]", "--catalog", str(cat), "--steps", "20"]
     result, runner = invoke(monkeypatch, tmp_path, [*args, "--", "per_device_batch_size=4"], by_profile(TGS))
     assert result.exit_code == 0, result.output
-    common_args = ("per_device_batch_size=4", "dataset_type=synthetic", "steps=9")
+    common_args = ("per_device_batch_size=4", "dataset_type=synthetic", "steps=20")
     by_key = {p.key: p for p, _ in runner.submitted}
     assert all(p.nodes == ("n1", "n2") and p.num_nodes == 2 for p in by_key.values())
     assert by_key["baseline-deployed#1"].args == common_args

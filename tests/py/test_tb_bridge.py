@@ -692,5 +692,6 @@ def test_serve_refuses_an_interval_that_is_not_a_positive_finite_number(interval
     args = ["serve", "--logdir", str(tmp_path), "--host", "h", "--out", str(tmp_path / "o"), "--interval", interval]
     result = CliRunner().invoke(group, args)
     assert result.exit_code == 2
-    assert f"must be a positive number of seconds, got {interval}" in result.output
+    assert "Invalid value for '--interval'" in result.output
+    assert "not a finite number of seconds" in result.output or "is not in the range 0.0<x<=" in result.output
     assert not (tmp_path / "o").exists()

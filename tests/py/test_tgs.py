@@ -303,3 +303,76 @@ def test_a_run_resumed_from_a_checkpoint_counts_its_steady_window_from_its_first
     summary = tgs.summarize(logparse.parse_text("\n".join(lines)))
     assert summary.steady_range == (105, 114)
     assert summary.tgs == pytest.approx(statistics.mean(1000.0 + s for s in range(105, 115)))
+
+
+# ---- what is not a job log, and a --config that cannot be read (bad input round 2) ----------------------------
+
+NOT_A_LOG = (
+    "not a job log (no KEY=VALUE header with JOB_ID and NNODES); give a log written by submit.sh or run_local.sh"
+)
+
+
+def not_a_log_files(tmp_path):
+    """Random bytes (NULs and invalid UTF-8 included), an empty file, and text with a header of other keys."""
+    files = {
+        "random.log": bytes(range(256)) * 16 + b"\nNNODES=\xff\x00\n",
+        "empty.log": b"",
+        "other.log": b"HOSTNAME=vm\nFOO=1\ncompleted step: 1, seconds: 1.0, Tokens/s/device: 5.0, loss: 1.0\n",
+        "no-nnodes.log": b"JOB_ID=7\nJOB_NAME=x\n",  # a header, but not the launcher's
+    }
+    for name, data in files.items():
+        (tmp_path / name).write_bytes(data)
+    return [tmp_path / name for name in files]
+
+
+def test_a_file_that_is_not_a_job_log_is_refused_by_the_one_reader(tmp_path):
+    for path in not_a_log_files(tmp_path):
+        with pytest.raises(logparse.NotAJobLog) as err:
+            logparse.load(str(path))
+        assert str(err.value) == f"{path}: {NOT_A_LOG}"
+    good = tmp_path / "good.log"
+    good.write_text(HEADER)
+    assert logparse.load(str(good)).is_job_log
+    legacy = tmp_path / "legacy.log"  # logs from before NNODES was written carry Slurm's own count
+    legacy.write_text("JOB_ID=9\nSLURM_JOB_NUM_NODES=2\n")
+    assert logparse.load(str(legacy)).nnodes == 2
+
+
+def test_tgs_refuses_a_file_that_is_not_a_job_log_in_one_line(tmp_path):
+    from click.testing import CliRunner
+
+    from jobkit.cli import main
+
+    for path in not_a_log_files(tmp_path):
+        r = CliRunner().invoke(main, ["tgs", str(path)])
+        assert r.exit_code == 3, r.output  # tgs's documented code for "not a job log"
+        assert r.stdout == "" and r.stderr == f"jobkit tgs: {path}: {NOT_A_LOG}\n"
+
+
+def test_tgs_config_that_cannot_be_read_is_an_error_not_ignored(tmp_path):
+    from click.testing import CliRunner
+
+    from jobkit.cli import main
+
+    (tmp_path / "binary.yml").write_bytes(b"\x00\xff\xfe" * 100)
+    (tmp_path / "nul.yml").write_bytes(b"profiler: xplane\x00\n")
+    (tmp_path / "list.yml").write_text("- a\n- b\n")
+    (tmp_path / "bad.yml").write_text("profiler: [unclosed\n")
+    (tmp_path / "adir.yml").mkdir()
+    fix = "pass the MaxText yml the run used, or leave --config out for configs/<MODEL_NAME>.yml"
+    cases = {
+        "/nonexistent.yml": "cannot read it (No such file or directory)",
+        str(tmp_path / "adir.yml"): "cannot read it (Is a directory)",
+        str(tmp_path / "binary.yml"): "not a text file",
+        str(tmp_path / "nul.yml"): "not a text file",
+        str(tmp_path / "list.yml"): "not a yml of KEY: VALUE settings",
+        str(tmp_path / "bad.yml"): "not valid YAML at line 2",
+    }
+    for path, why in cases.items():
+        r = CliRunner().invoke(main, ["tgs", str(MFU_LOG), "--config", path])
+        assert r.exit_code == 1, (path, r.output)
+        assert r.stdout == "" and r.stderr == f"jobkit tgs: --config {path}: {why}; {fix}\n"
+    good = tmp_path / "good.yml"
+    good.write_text("profiler: ''\n")
+    r = CliRunner().invoke(main, ["tgs", str(MFU_LOG), "--config", str(good)])
+    assert r.exit_code == 0 and r.stdout.startswith("log:"), r.output

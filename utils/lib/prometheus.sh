@@ -24,13 +24,14 @@
 #   nothing is signalled. 0 when it is gone; 1 with one error line for a bad JOB_DIR or a process that survived.
 # prometheus_list [WORKSPACE]
 #   One line per job dir of WORKSPACE (default JOB_WORKSPACE, else <repo>/outputs) holding a TSDB: name, size,
-#   time range of the data (offline: block meta.json and WAL file times), "(running, pid N)". 1 when WORKSPACE
-#   does not exist.
+#   time range of the data (offline: block meta.json and WAL file times), "(running, pid N)"; a prometheus/ dir
+#   it may not read as "cannot read <dir>: permission denied". 1 when WORKSPACE is not a readable directory.
 # prometheus_resolve_tsdb WHAT [WORKSPACE]
 #   Prints the absolute TSDB dir for a job id prefix or job dir name in WORKSPACE, a job dir path or a prometheus/
 #   dir path. 1 with one error line when nothing or several match.
 # prometheus_range_text TSDB
-#   Prints "YYYY-mm-dd HH:MM:SS .. YYYY-mm-dd HH:MM:SS" of the data in TSDB, or "no data yet".
+#   Prints "YYYY-mm-dd HH:MM:SS .. YYYY-mm-dd HH:MM:SS" of the data in TSDB, or "no data yet"; a block whose
+#   meta.json cannot be read (a NUL byte, no minTime/maxTime) is counted as damaged and said so.
 # prometheus_serving_pid TSDB
 #   Prints the PID from TSDB/prometheus.pid when that process is a prometheus serving TSDB; else 1.
 #
@@ -158,22 +159,34 @@ _prom_is_tsdb() {
 
 _prom_fmt_time() { date -d "@$1" '+%Y-%m-%d %H:%M:%S'; }
 
-# _prom_time_range TSDB: prints "MIN MAX" (epoch seconds) of the data, from block meta.json and WAL/head-chunk
-# file times; 1 when there is none.
+# _prom_meta_text META: prints a block's meta.json; 1 when it cannot be read or holds a NUL byte (damaged: its
+# text never goes through bash's $(<...), which would warn "ignored null byte" on the user's terminal).
+_prom_meta_text() {
+  local size text_size
+  size=$(wc -c <"$1" 2>/dev/null) || return 1
+  text_size=$(tr -d '\0' <"$1" | wc -c)
+  ((size == text_size)) || return 1
+  cat -- "$1"
+}
+
+# _prom_time_range TSDB: prints "MIN MAX DAMAGED": the time range of the data (epoch seconds; "- -" when there
+# is none) from block meta.json and WAL/head-chunk file times, and how many block meta.json cannot be read
+# (unreadable, a NUL byte, no minTime/maxTime).
 _prom_time_range() {
-  local dir=$1 min='' max='' meta text t f
+  local dir=$1 min='' max='' meta text t f damaged=0
   local re_min='"minTime":[[:space:]]*([0-9]+)' re_max='"maxTime":[[:space:]]*([0-9]+)'
   for meta in "$dir"/*/meta.json; do
     [[ -f $meta ]] || continue
-    text=$(<"$meta")
-    if [[ $text =~ $re_min ]]; then
-      t=$((BASH_REMATCH[1] / 1000))
-      [[ -z $min || $t -lt $min ]] && min=$t
+    if ! text=$(_prom_meta_text "$meta") || [[ ! $text =~ $re_min || ! $text =~ $re_max ]]; then
+      damaged=$((damaged + 1))
+      continue
     fi
-    if [[ $text =~ $re_max ]]; then
-      t=$((BASH_REMATCH[1] / 1000))
-      [[ -z $max || $t -gt $max ]] && max=$t
-    fi
+    [[ $text =~ $re_min ]]
+    t=$((BASH_REMATCH[1] / 1000))
+    [[ -z $min || $t -lt $min ]] && min=$t
+    [[ $text =~ $re_max ]]
+    t=$((BASH_REMATCH[1] / 1000))
+    [[ -z $max || $t -gt $max ]] && max=$t
   done
   if [[ -d $dir/wal ]]; then
     # the WAL starts when wal/ was created (birth time; else its oldest file) and ends at its last write
@@ -189,15 +202,21 @@ _prom_time_range() {
       [[ -z $max || $t -gt $max ]] && max=$t
     done
   fi
-  [[ -n $min && -n $max ]] || return 1
-  echo "$min $max"
+  [[ -n $min && -n $max ]] || { min=- max=-; }
+  echo "$min $max $damaged"
 }
 
 prometheus_range_text() {
-  local range min max
-  range=$(_prom_time_range "$1") || { echo "no data yet"; return 0; }
-  read -r min max <<<"$range"
-  echo "$(_prom_fmt_time "$min") .. $(_prom_fmt_time "$max")"
+  local min max damaged text
+  read -r min max damaged <<<"$(_prom_time_range "$1")"
+  if [[ $min == - ]]; then
+    text="no data yet"
+    ((damaged == 0)) || text="damaged: $damaged block meta.json cannot be read"
+  else
+    text="$(_prom_fmt_time "$min") .. $(_prom_fmt_time "$max")"
+    ((damaged == 0)) || text+=" (and $damaged damaged block(s): their meta.json cannot be read)"
+  fi
+  echo "$text"
 }
 
 # Ray's metrics at least every 15 s apart: rendering them costs its agent ~5 ms per scrape, and they are
@@ -347,13 +366,32 @@ _prom_workspace() {
   fi
 }
 
+# _prom_check_workspace CMD WS: 1 with one error line when WS is not a directory this user can read.
+_prom_check_workspace() {
+  local cmd=$1 ws=$2
+  if [[ -d $ws ]]; then
+    [[ -r $ws && -x $ws ]] && return 0
+    _prom_err "$cmd: cannot read workspace $ws: permission denied; pass one you can read or set JOB_WORKSPACE"
+  elif [[ -e $ws || -L $ws ]]; then
+    _prom_err "$cmd: workspace $ws is a file, not a directory; pass the directory that holds the job dirs or set JOB_WORKSPACE"
+  else
+    _prom_err "$cmd: workspace $ws does not exist; pass one or set JOB_WORKSPACE"
+  fi
+  return 1
+}
+
 prometheus_list() {
   local ws dir name size note pid n=0
   ws=$(_prom_workspace "${1:-}")
-  [[ -d $ws ]] || { _prom_err "list: workspace $ws does not exist; pass one or set JOB_WORKSPACE"; return 1; }
+  _prom_check_workspace list "$ws" || return 1
   for dir in "$ws"/*/prometheus; do
-    [[ -d $dir ]] && _prom_is_tsdb "$dir" || continue
     name=$(basename "$(dirname "$dir")")
+    if [[ -d $dir && ! (-r $dir && -x $dir) ]]; then # a TSDB or not: either way the user should hear of it
+      printf '%s  ?  cannot read %s: permission denied\n' "$name" "$dir"
+      n=$((n + 1))
+      continue
+    fi
+    [[ -d $dir ]] && _prom_is_tsdb "$dir" || continue
     size=$(du -sh "$dir" 2>/dev/null | cut -f1)
     note=''
     pid=$(prometheus_serving_pid "$(cd "$dir" && pwd)") && note="  (running, pid $pid)"
@@ -378,15 +416,25 @@ prometheus_resolve_tsdb() {
     return 1
   fi
   if [[ $arg == */* ]]; then
-    _prom_err "view: $arg does not exist; pass an existing job dir, its prometheus/ dir, or a job id"
+    if [[ -e $arg || -L $arg ]]; then
+      _prom_err "view: $arg is a file, not a directory; pass a job dir, its prometheus/ dir, or a job id"
+    else
+      _prom_err "view: $arg does not exist; pass an existing job dir, its prometheus/ dir, or a job id"
+    fi
     return 1
   fi
   ws=$(_prom_workspace "${2:-}")
-  local -a found=()
+  _prom_check_workspace view "$ws" || return 1
+  local -a found=() closed=()
   for cand in "$ws/$arg"*/prometheus; do
+    if [[ -d $cand && ! (-r $cand && -x $cand) ]]; then closed+=("$cand"); continue; fi
     [[ -d $cand ]] && _prom_is_tsdb "$cand" && found+=("$cand")
   done
   if [[ -d $ws/$arg/prometheus ]] && _prom_is_tsdb "$ws/$arg/prometheus"; then found=("$ws/$arg/prometheus"); fi
+  if ((${#found[@]} == 0 && ${#closed[@]})); then
+    _prom_err "view: cannot read ${closed[0]}: permission denied; ask its owner, or view it as a user who may read it"
+    return 1
+  fi
   case ${#found[@]} in
     0) _prom_err "view: no job matching '$arg' with a Prometheus TSDB in $ws; see 'prometheus.sh list'"; return 1 ;;
     1) (cd "${found[0]}" && pwd) ;;

@@ -7,6 +7,11 @@
 #   print_stage_timeouts                                            # the table, for the log
 #   run_stage train "Training" cmd args...                          # BEGIN / END / TIMEOUT / FAILED lines
 #
+# Each stage line ends with the UTC time it was printed, ISO 8601, before the closing "==" (so that a report can
+# place stages on a time axis; readers that match "== <Stage> END (12s)" from the start of the line still do):
+#   == Training BEGIN (timeout=3600s) 2026-11-25T21:19:51Z ==
+#   == Training END (95s) 2026-11-25T21:21:26Z ==
+#
 # STAGE_TIMEOUTS="stage:seconds,stage:none": seconds is a positive integer; none (or -1) means no limit.
 # State lives in two caller-visible variables: STAGE_LIMITS (assoc array stage -> seconds|none) and
 # STAGE_FAILURE (text of the last failed stage, for the job summary). Errors: "<caller>: ..." on stderr.
@@ -15,6 +20,9 @@
 source "$(dirname "${BASH_SOURCE[0]}")/process.sh"
 
 _stage_err() { echo "${0##*/}: $*" >&2; }
+
+# stage_timestamp: now, in UTC, as ISO 8601 to the second (2026-11-25T21:19:51Z).
+stage_timestamp() { date -u +%Y-%m-%dT%H:%M:%SZ; }
 
 # _stage_limit_value TEXT -> seconds or "none"; returns 1 for anything else.
 _stage_limit_value() {
@@ -73,10 +81,10 @@ run_stage() {
   limit=${STAGE_LIMITS[$stage]:?run_stage: unknown stage $stage}
   start=$SECONDS
   if [[ $limit == none ]]; then
-    echo "== $description BEGIN (no timeout) =="
+    echo "== $description BEGIN (no timeout) $(stage_timestamp) =="
     "$@" &
   else
-    echo "== $description BEGIN (timeout=${limit}s) =="
+    echo "== $description BEGIN (timeout=${limit}s) $(stage_timestamp) =="
     # --kill-after: a stage that ignores TERM still ends; -v would print nothing useful to the log.
     timeout --kill-after=15 "$limit" "$@" &
   fi
@@ -87,13 +95,13 @@ run_stage() {
   STAGE_RUNNING_PID=""
   local elapsed=$((SECONDS - start))
   if (( rc == 0 )); then
-    echo "== $description END (${elapsed}s) =="
+    echo "== $description END (${elapsed}s) $(stage_timestamp) =="
   elif [[ $limit != none ]] && (( rc == 124 || rc == 137 )); then
-    echo "== $description TIMEOUT (${elapsed}s/${limit}s) =="
+    echo "== $description TIMEOUT (${elapsed}s/${limit}s) $(stage_timestamp) =="
     echo "Hint: give the stage more time with STAGE_TIMEOUTS=\"$stage:<seconds>\" (or $stage:none)"
     STAGE_FAILURE="$description TIMEOUT after ${elapsed}s (limit ${limit}s)"
   else
-    echo "== $description FAILED (exit=$rc, ${elapsed}s) =="
+    echo "== $description FAILED (exit=$rc, ${elapsed}s) $(stage_timestamp) =="
     STAGE_FAILURE="$description FAILED (exit=$rc)"
   fi
   return "$rc"

@@ -86,9 +86,23 @@ def _environment(job_dir: Path, own: tuple[str, ...]) -> dict[str, str]:
     out = {}
     for line in text.splitlines():
         m = _ENV_LINE.match(line)
-        if m and not _NOISE.match(m.group(1)) and not any(o and o in m.group(2) for o in own):
+        if m and not _NOISE.match(m.group(1)) and not _names_the_job(m.group(2), own):
             out[f"env:{m.group(1)}"] = m.group(2).strip('"')
     return out
+
+
+def _names_the_job(value: str, own: tuple[str, ...]) -> bool:
+    """True when VALUE holds the job's id, name or dir (it differs between any two jobs by construction). A
+    numeric id counts only as a whole number: job 5's CLOUD_SDK_VERSION=528.0.0 is not about job 5."""
+    for o in own:
+        if not o:
+            continue
+        if o.isdigit():
+            if re.search(rf"(?<![0-9]){o}(?![0-9])", value):
+                return True
+        elif o in value:
+            return True
+    return False
 
 
 def differences(analyses: list[buildmod.Analysis]) -> list[tuple[str, list[str]]]:

@@ -29,7 +29,6 @@ from urllib.parse import quote
 from jobkit.analysis import plots
 from jobkit.core import failures, logparse, tgs
 from jobkit.core.files import write_atomic
-from jobkit.core.nodelist import expand_nodelist
 from jobkit.ops import jobs, jobtag
 
 DEFAULT_PORT = 8390
@@ -63,6 +62,7 @@ class Row:
     log_link: str = ""
     source: str = "log"  # "analysis" when analysis.json gave the numbers
     problem: str = ""  # why the log could not be read
+    dir_problem: str = ""  # why the job dir could not be read (its log could)
 
 
 def _finite(value) -> float | None:
@@ -130,7 +130,7 @@ def read_row(log: Path, ws: Path, page_dir: Path) -> Row:
             parsed.footer_status,
             parsed.footer_exit,
             has_steps=bool(parsed.entries),
-            nodes=expand_nodelist(parsed.header.get("JOB_NODELIST", "")),
+            nodes=logparse.header_nodes(parsed.header)[0],
         )
         # Without a JOB SUMMARY the job may still be running: only a concrete cause is worth a class.
         if parsed.footer_status or found.reason not in ("unknown", "no-steps"):
@@ -148,8 +148,11 @@ def read_row(log: Path, ws: Path, page_dir: Path) -> Row:
             detail = _dig(doc, "failure", "detail")
             row.failure_detail = f"{cls}: {detail}" if detail else cls
     report = job_dir / "analysis" / "report.html"
-    if report.is_file():
-        row.report = _link(report, page_dir)
+    try:
+        if report.is_file():
+            row.report = _link(report, page_dir)
+    except OSError as e:  # a job dir this user may not enter (someone else's, mode 700): the log's row stays
+        row.dir_problem = f"{stem}/: {(e.strerror or str(e)).lower()}"
     return row
 
 
@@ -180,7 +183,10 @@ def _stamp(log: Path, ws: Path):
             out.append((st.st_mtime_ns, st.st_size))
         except OSError:
             out.append(None)
-    out.append((ws / log.name.removesuffix(".log") / "analysis" / "report.html").is_file())
+    try:
+        out.append((ws / log.name.removesuffix(".log") / "analysis" / "report.html").is_file())
+    except OSError:  # a job dir it may not enter: read_row marks the row
+        out.append(None)
     return tuple(out)
 
 
@@ -232,6 +238,8 @@ def _row_html(r: Row) -> str:
         report = f'<a class="report" href="{r.report}">report</a>'
     elif r.problem:
         report = "-"
+    elif r.dir_problem:
+        report = f'<span class="no-report" title="{html.escape(r.dir_problem, quote=True)}">job dir unreadable</span>'
     else:
         report = f'<span class="no-report">no report — jobkit analyze {html.escape(r.job_id)}</span>'
     cells = [

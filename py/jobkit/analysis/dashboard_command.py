@@ -7,6 +7,7 @@ modules imports the other.
 from pathlib import Path
 
 import click
+from click.core import ParameterSource
 
 from jobkit.analysis import dashboard as page
 from jobkit.analysis.dashboard_serve import serve_page
@@ -49,6 +50,8 @@ def _rebuilder(ws: Path, out: Path):
 def command(ws, output, serve, port):
     """A static page over every job in the workspace: a sortable, filterable table and TGS per model over
     time, linking each job's `jobkit analyze` report. Prints the page's path; --serve serves it."""
+    if not serve and click.get_current_context().get_parameter_source("port") is ParameterSource.COMMANDLINE:
+        raise click.UsageError("--port is the port --serve listens on; add --serve, or drop --port")
     ws = paths.workspace(ws).resolve()
     out = Path(output).resolve() if output else ws / page.PAGE_DIR / page.PAGE_NAME
     try:
@@ -56,7 +59,9 @@ def command(ws, output, serve, port):
     except (page.DashboardError, jobs.JobsError) as e:
         raise JobkitError("dashboard", str(e)) from None
     unreadable = sum(r.status == "unreadable" for r in rows)
-    note = f" ({unreadable} unreadable)" if unreadable else ""
+    dirs = sum(bool(r.dir_problem) for r in rows)  # the log was read, the job dir (its report) was not
+    parts = ([f"{unreadable} unreadable"] if unreadable else []) + ([f"{dirs} job dir(s) unreadable"] if dirs else [])
+    note = f" ({', '.join(parts)})" if parts else ""
     if not serve:
         click.echo(f"{len(rows)} jobs{note}: {out}")
         return

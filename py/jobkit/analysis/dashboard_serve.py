@@ -83,14 +83,14 @@ def _handler(ws: Path, output: Path, rebuild):
 
 def _bind(first: int, handler) -> tuple[http.server.ThreadingHTTPServer, int]:
     # Binding is the check: a port found free and then bound could be taken in between.
-    for port in range(first, min(first + PORT_TRIES, 65536)):
+    last = min(first + PORT_TRIES, 65536) - 1  # no port above 65535: -p 65535 tries that one alone
+    for port in range(first, last + 1):
         try:
             return http.server.ThreadingHTTPServer(("127.0.0.1", port), handler), port
         except OSError:
             continue
-    raise JobkitError(
-        "dashboard", f"ports {first}-{first + PORT_TRIES - 1} on 127.0.0.1 are all taken; pass --port PORT"
-    )
+    tried = f"port {first} on 127.0.0.1 is" if last == first else f"ports {first}-{last} on 127.0.0.1 are all"
+    raise JobkitError("dashboard", f"{tried} taken; pass --port PORT")
 
 
 def serve_page(ws: Path, output: Path, first_port: int, rebuild_page: Callable[[], str | None]) -> None:

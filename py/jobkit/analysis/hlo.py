@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -172,15 +173,34 @@ def summarize(module: Module) -> dict:
     }
 
 
+def job_dir_problem(job_dir: Path) -> str | None:
+    """Why JOB_DIR cannot be read (absent, or a dir this user may not list: someone else's, mode 700), else
+    None. Asked first, so that a permission error is not taken for a job that captured nothing."""
+    try:
+        with os.scandir(job_dir) as entries:
+            next(entries, None)
+    except FileNotFoundError:
+        return f"the job dir {job_dir} does not exist (log only); pass the job dir of a job that ran"
+    except NotADirectoryError:
+        return f"{job_dir} is not a directory; pass the job dir of a job that ran"
+    except OSError as e:
+        return f"cannot read {job_dir}: {(e.strerror or str(e)).lower()}; ask its owner for read access"
+    return None
+
+
 def dump_files(job_dir: Path) -> list[Path]:
     """The job's after-optimizations HLO texts, by module id. Raises HloError saying how to get a dump."""
     dump = job_dir / "xla_dump"
-    if not job_dir.is_dir():
-        raise HloError(f"the job dir {job_dir} does not exist (log only); pass the job dir of a job that ran")
+    problem = job_dir_problem(job_dir)
+    if problem:
+        raise HloError(problem)
     if not dump.exists():
         raise HloError(f"{job_dir.name} has no HLO dump (no xla_dump/); rerun the job with `-- _env_ENABLE_XLA_DUMP=1`")
     if not dump.is_dir():
         raise HloError(f"{dump} is not a directory; rerun the job with `-- _env_ENABLE_XLA_DUMP=1`")
+    problem = job_dir_problem(dump)  # glob says nothing of a dir it may not list
+    if problem:
+        raise HloError(problem)
     try:
         files = sorted(p for p in dump.glob(DUMP_GLOB) if not p.name.startswith("."))
     except OSError as e:

@@ -17,7 +17,6 @@ from pathlib import Path
 
 from jobkit.core import failures, logparse, tgs
 from jobkit.core.config import default_yml
-from jobkit.core.nodelist import expand_nodelist
 from jobkit.observe.log_steps import series_after
 from jobkit.observe.tb_events import STEP_METRIC, ScalarReader, find_event_files
 from jobkit.ops import jobs
@@ -63,10 +62,7 @@ class JobFacts:
 
     @property
     def nodes(self) -> list[str]:
-        h = self.header
-        if h.get("NODELIST_EXPANDED"):
-            return [n for n in h["NODELIST_EXPANDED"].split(",") if n]
-        return expand_nodelist(h.get("JOB_NODELIST", "")) or []
+        return logparse.header_nodes(self.header)[0]
 
 
 def load(log_path: Path, yml_path: str | None = None) -> JobFacts:

@@ -170,8 +170,9 @@ def sessions(job_dir: Path) -> dict[str, list[Path]]:
 
 
 def find_profile(job_dir: Path, session: str | None) -> tuple[str, list[Path]]:
-    if not job_dir.is_dir():
-        raise ProfileError(f"the job dir {job_dir} does not exist (log only); pass the job dir of a job that ran")
+    problem = hlo.job_dir_problem(job_dir)
+    if problem:
+        raise ProfileError(problem)
     try:
         found = sessions(job_dir)
     except OSError as e:
@@ -185,6 +186,8 @@ def find_profile(job_dir: Path, session: str | None) -> tuple[str, list[Path]]:
     for path in found[session]:
         if not os.access(path, os.R_OK) or not path.is_file():
             raise ProfileError(f"cannot read {path}; check the file and its permissions")
+        if path.stat().st_size == 0:  # xprof reads an empty XSpace as a profile of nothing: all-zero tables
+            raise ProfileError(f"{path} is empty (0 bytes; the capture did not finish); {RERUN}")
     return session, found[session]
 
 

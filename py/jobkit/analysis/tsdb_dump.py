@@ -1,8 +1,9 @@
 """A job's TSDB, read without changing it: `promtool tsdb dump` parsed into series.
 
 Why promtool and not a throwaway Prometheus: promtool opens the TSDB read-only (blocks and WAL, replaying the
-WAL into a temporary head elsewhere), so analysing a job never touches its job dir; a Prometheus would write
-a lock file, a new WAL segment and maybe compact. It is also one process for the whole read, and its output is
+WAL into a head in memory); a Prometheus would write a lock file, a new WAL segment and maybe compact. promtool
+is still given a private view of links to the TSDB's files, not the TSDB itself, since it creates chunks_head/ in
+the dir it opens: analysing a job never touches its job dir. It is also one process for the whole read, and its output is
 plain text: `{__name__="m", host="h", ...} value ms` per sample.
 
 Only the families the caller names are dumped (one regex selector): reading every hw_/ray_node_/tb_ family
@@ -46,7 +47,10 @@ def is_tsdb(path: str) -> bool:
         return False
     if os.path.isdir(os.path.join(path, "wal")):
         return True
-    return any(os.path.isfile(os.path.join(path, d, "meta.json")) for d in os.listdir(path))
+    try:
+        return any(os.path.isfile(os.path.join(path, d, "meta.json")) for d in os.listdir(path))
+    except OSError:  # a dir it may not list: read() says so, rather than "no TSDB"
+        return os.path.basename(os.path.normpath(path)) == "prometheus"
 
 
 def read(tsdb: str, families: str, promtool: str | None = None) -> dict[str, list[Series]]:
@@ -58,7 +62,10 @@ def read(tsdb: str, families: str, promtool: str | None = None) -> dict[str, lis
     if not tool:
         raise TsdbReadError("promtool is not installed; run 'utils/prometheus.sh install'")
     with tempfile.TemporaryDirectory(prefix="jobkit-tsdb-") as scratch:
-        where = _with_wal(tsdb, scratch)
+        try:
+            where = _view(tsdb, scratch)
+        except OSError as e:  # a TSDB (or a part of it) this user may not list
+            raise TsdbReadError(f"cannot read {e.filename or tsdb}: {(e.strerror or str(e)).lower()}") from None
         argv = [tool, "tsdb", "dump", f'--match={{__name__=~"{families}"}}', where]
         try:
             with open(os.path.join(scratch, "stderr"), "w+") as err:
@@ -82,22 +89,34 @@ def read(tsdb: str, families: str, promtool: str | None = None) -> dict[str, lis
     return data
 
 
-def _with_wal(tsdb: str, scratch: str) -> str:
-    """TSDB itself, or, when it has blocks but no wal/ (one made by backfill alone), a scratch dir of links to
-    its blocks beside an empty wal/: promtool 2.42 refuses a TSDB without one, and the job dir is not ours to
-    add it to."""
-    if os.path.isdir(os.path.join(tsdb, "wal")):
-        return tsdb
+def _link_dir(src: str, dst: str, recurse: bool = False) -> None:
+    """DST as a real directory of symlinks to SRC's entries (subdirs linked whole, or mirrored with RECURSE).
+    A TSDB lists its blocks and WAL checkpoints by directory entry and skips a symlinked dir there, while
+    the files themselves are opened by path, through links."""
+    os.mkdir(dst)
+    for name in os.listdir(src):
+        path = os.path.join(src, name)
+        if recurse and os.path.isdir(path) and not os.path.islink(path):
+            _link_dir(path, os.path.join(dst, name))
+        else:
+            os.symlink(path, os.path.join(dst, name))
+
+
+def _view(tsdb: str, scratch: str) -> str:
+    """A private view of TSDB in SCRATCH for promtool: its blocks, WAL (and out-of-order WBL) and head chunks
+    as dirs of links, and an empty wal/ when it has none (promtool 2.42 refuses a TSDB without one). promtool
+    opens the TSDB read-only but still creates chunks_head/ in the dir it is given, and may repair (remove) a
+    damaged last head-chunk file there: here that happens to the view, and the job dir stays as it was."""
+    tsdb = os.path.abspath(tsdb)
     view = os.path.join(scratch, "tsdb")
-    os.makedirs(os.path.join(view, "wal"))
+    os.mkdir(view)
     for name in os.listdir(tsdb):
-        block = os.path.join(os.path.abspath(tsdb), name)
-        if os.path.isfile(os.path.join(block, "meta.json")):
-            # A real dir of links: the TSDB lists its blocks by directory entry and skips a symlink there,
-            # while a block's own files (and its chunks/ dir) are opened by path, through links.
-            os.mkdir(os.path.join(view, name))
-            for part in os.listdir(block):
-                os.symlink(os.path.join(block, part), os.path.join(view, name, part))
+        path = os.path.join(tsdb, name)
+        if os.path.isfile(os.path.join(path, "meta.json")):  # a block: immutable once written
+            _link_dir(path, os.path.join(view, name))
+        elif name in ("wal", "wbl", "chunks_head") and os.path.isdir(path):
+            _link_dir(path, os.path.join(view, name), recurse=True)  # wal/checkpoint.N/ must be a real dir
+    os.makedirs(os.path.join(view, "wal"), exist_ok=True)
     return view
 
 

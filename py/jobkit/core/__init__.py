@@ -13,7 +13,7 @@
   paths       where the checkout and the workspace are (the only `__file__` climb in the package)
   files       files written whole (temp name, rename), appended without following links, trusted only when ours
   errors      every exit code, and JobkitError: one line and a code at the CLI's edge
-  clitypes    click parameter types shared by several commands
+  clitypes    click types for numbers (finite, range-checked) and env settings shared by several commands
   lazy_group  a click group over a "module:attr" table, imported on use (jobkit's and jobkit sweep's)
   commands    `jobkit tgs`, `jobkit reap` (click only)
 

@@ -5,24 +5,25 @@ import json
 
 import click
 
-from jobkit.core import logparse, tgs
+from jobkit.core import clitypes, logparse, tgs
 from jobkit.core.config import default_yml
 from jobkit.core.errors import EXIT_BAD_INPUT, EXIT_CANNOT_RUN, EXIT_NO_NNODES, EXIT_NO_STEPS, JobkitError
 from jobkit.core.verdict import STATUSES, verdict
 
 
-def load_log(command: str, path: str) -> logparse.JobLog:
-    """The job log at PATH, or a JobkitError naming the file and what is wrong with it."""
+def load_log(command: str, path: str, not_a_log_code: int = EXIT_BAD_INPUT) -> logparse.JobLog:
+    """The job log at PATH, or a JobkitError naming the file and what is wrong with it (NOT_A_LOG_CODE for a
+    file that is not a job log)."""
     try:
         return logparse.load(path)
+    except logparse.NotAJobLog as exc:
+        raise JobkitError(command, str(exc), not_a_log_code) from None
     except logparse.LogError as exc:
         raise JobkitError(command, str(exc), EXIT_BAD_INPUT) from None
 
 
 def _nnodes_error(logfile: str, log: logparse.JobLog) -> JobkitError:
-    found = log.nnodes_header
-    if found is None:
-        return JobkitError("tgs", f"{logfile}: no NNODES= header line (not a job log?)", EXIT_NO_NNODES)
+    found = log.nnodes_header or ("NNODES", "")
     return JobkitError(
         "tgs",
         f"{logfile}: header line {found[0]}={found[1]!r} is not a number of nodes; "
@@ -31,24 +32,48 @@ def _nnodes_error(logfile: str, log: logparse.JobLog) -> JobkitError:
     )
 
 
+def _check_config(path: str) -> None:
+    """A JobkitError unless PATH is a readable yml of top-level keys: a --config that cannot be read would
+    otherwise be ignored without a word (the profiler window would come from the log alone)."""
+    import yaml  # deferred: only when --config is given
+
+    fix = "pass the MaxText yml the run used, or leave --config out for configs/<MODEL_NAME>.yml"
+    try:
+        with open(path, encoding="utf-8") as fh:
+            data = yaml.safe_load(fh)
+    except OSError as exc:
+        raise JobkitError("tgs", f"--config {path}: cannot read it ({exc.strerror or exc}); {fix}") from None
+    except (UnicodeDecodeError, yaml.reader.ReaderError):  # not UTF-8, or NUL and control bytes
+        raise JobkitError("tgs", f"--config {path}: not a text file; {fix}") from None
+    except yaml.YAMLError as exc:
+        where = getattr(exc, "problem_mark", None)
+        at = f" at line {where.line + 1}" if where else ""
+        raise JobkitError("tgs", f"--config {path}: not valid YAML{at}; {fix}") from None
+    if not isinstance(data, dict):
+        raise JobkitError("tgs", f"--config {path}: not a yml of KEY: VALUE settings; {fix}")
+
+
 @click.command("tgs")
 @click.argument("logfile")
 @click.option("--steady", default="5:14", show_default=True, help="Steady window FIRST:LAST (inclusive steps).")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 @click.option("--line", "as_line", is_flag=True, help="Print the one-line end-of-run summary.")
 @click.option("--status", type=click.Choice(STATUSES, case_sensitive=False), help="How the run ended (for --line).")
-@click.option("--exit-code", type=int, help="The run's exit code (for --line).")
+@click.option("--exit-code", type=click.IntRange(0, 255), help="The run's exit code, 0-255 (for --line).")
 @click.option("--config", "yml", help="MaxText yml of the run (profiler window); default configs/<MODEL_NAME>.yml.")
 def tgs_command(logfile, steady, as_json, as_line, status, exit_code, yml):
     """Throughput report for LOGFILE: windows table, --json, or --line.
 
-    Exit codes: 1 bad input (log missing or unreadable, bad --steady), 2 no step lines, 3 no NNODES header.
+    Exit codes: 1 bad input (log missing or unreadable, bad --steady, --config missing or not text), 2 no step
+    lines, 3 not a job log (no JOB_ID and NNODES header) or an NNODES that is not a number.
     """
     try:
         window = tgs.parse_steady(steady)
     except ValueError as exc:
         raise JobkitError("tgs", str(exc), EXIT_BAD_INPUT) from None
-    log = load_log("tgs", logfile)
+    if yml:
+        _check_config(yml)
+    log = load_log("tgs", logfile, EXIT_NO_NNODES)
     if log.nnodes is None:
         raise _nnodes_error(logfile, log)
     summary = tgs.summarize(log, window, yml or default_yml(log.header))
@@ -69,7 +94,11 @@ def tgs_command(logfile, steady, as_json, as_line, status, exit_code, yml):
 
 @click.command("reap", context_settings={"ignore_unknown_options": True})
 @click.option(
-    "--grace", type=click.FloatRange(0, 600), default=5.0, show_default=True, help="Seconds between TERM and KILL."
+    "--grace",
+    type=clitypes.Seconds(0, 600, min_open=False),
+    default=5.0,
+    show_default=True,
+    help="Seconds between TERM and KILL.",
 )
 @click.argument("argv", nargs=-1, required=True, type=click.UNPROCESSED)
 def reap_command(grace, argv):

@@ -69,7 +69,9 @@ RULES: list[tuple[str, re.Pattern[str]]] = [
             r"MAXTEXT CONFIG ERROR|validation errors? for MaxTextConfig|pydantic_core\._pydantic_core\.ValidationError"
             r"|not in base config"
             r"|Number of devices(?: per slice)? \d+ does not match the product of the \w+ parallelism"
-            r"|^(?:\d+: )?(?:\w+\.)*(?:ValueError|AssertionError): .{0,160}\b(?:parallelism|mesh|devices)\b",
+            r"|^(?:\d+: )?(?:\w+\.)*(?:ValueError|AssertionError): .{0,160}\b(?:parallelism|mesh|devices)\b"
+            # The launcher's own refusals before training starts (train_env.sh, _train.sh's _die).
+            r"|^(?:\s*\d+: )?(?:\[train_env\] ERROR: |_train\.sh: )",
             re.M,
         ),
     ),

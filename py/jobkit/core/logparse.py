@@ -9,6 +9,8 @@ import re
 import shlex
 from dataclasses import dataclass, field
 
+from jobkit.core.nodelist import expand_nodelist
+
 HEADER_SCAN_LINES = 50  # header sits at the top; stop looking after this
 _HEADER = re.compile(r"^(?P<key>[A-Z][A-Z0-9_]*)=(?P<value>.*)$")
 _PREFIX = re.compile(r"^\s*(?P<node>\d+): ")
@@ -58,6 +60,11 @@ class JobLog:
         return ("NNODES", "") if "NNODES" in self.header else None
 
     @property
+    def is_job_log(self) -> bool:
+        """Whether the log starts with the header submit.sh and run_local.sh write: JOB_ID and a node count."""
+        return bool(self.header.get("JOB_ID")) and self.nnodes_header is not None
+
+    @property
     def nnodes(self) -> int | None:
         found = self.nnodes_header
         try:
@@ -71,6 +78,18 @@ class JobLog:
             return shlex.split(raw)
         except ValueError:
             return raw.split()
+
+
+def header_nodes(header: dict[str, str]) -> tuple[list[str], str | None]:
+    """The job's hosts in rank order (NODELIST_EXPANDED, else JOB_NODELIST expanded) and, when the nodelist
+    cannot be expanded, a note saying so: a reader still reads the log, it only names no host by rank."""
+    if header.get("NODELIST_EXPANDED"):
+        return [n for n in header["NODELIST_EXPANDED"].split(",") if n], None
+    raw = header.get("JOB_NODELIST", "")
+    try:
+        return expand_nodelist(raw), None
+    except ValueError as exc:  # core.nodelist's own error class subclasses ValueError
+        return [], f"JOB_NODELIST={raw} cannot be expanded ({exc}); no host is named by rank"
 
 
 def parse_header_line(line: str) -> tuple[str, str] | None:
@@ -134,8 +153,22 @@ class LogError(Exception):
     """A path that cannot be read as a job log; the message is one line that says what to pass instead."""
 
 
+class NotAJobLog(LogError):
+    """A readable file without a job log's header."""
+
+
+def not_a_job_log(path: str) -> str:
+    """The one line every command that reads a job log gives for a file that is not one."""
+    return (
+        f"{path}: not a job log (no KEY=VALUE header with JOB_ID and NNODES); "
+        "give a log written by submit.sh or run_local.sh"
+    )
+
+
 def load(path: str) -> JobLog:
-    """parse_file, with a LogError for a missing path, a directory or an unreadable file."""
+    """parse_file, with a LogError for a missing path, a directory, an unreadable file, or a file that is not a
+    job log (no JOB_ID and NNODES header: a random, binary or empty file). The one reader of a job log for the
+    commands that are given one (tgs, why, analyze, compare, requeue)."""
     if os.path.isdir(path):
         raise LogError(f"{path} is a directory, not a log file; {_log_in_dir_hint(path)}")
     if not os.path.exists(path):
@@ -143,9 +176,12 @@ def load(path: str) -> JobLog:
     if not os.path.isfile(path):
         raise LogError(f"{path} is not a regular file; pass a job log, <JOB_WORKSPACE>/<JOB_ID>-<JOB_NAME>.log")
     try:
-        return parse_file(path)
+        log = parse_file(path)
     except OSError as exc:
         raise LogError(f"cannot read {path}: {exc.strerror or exc}") from exc
+    if not log.is_job_log:
+        raise NotAJobLog(not_a_job_log(path))
+    return log
 
 
 def _log_in_dir_hint(path: str) -> str:

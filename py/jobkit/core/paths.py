@@ -16,3 +16,22 @@ UTILS_DIR = REPO_ROOT / "utils"
 def workspace(given: str | os.PathLike | None = None) -> Path:
     """--workspace, else $JOB_WORKSPACE, else <repo>/outputs (where the launchers write)."""
     return Path(given or os.environ.get("JOB_WORKSPACE") or REPO_ROOT / "outputs")
+
+
+def workspace_problem(ws: str | os.PathLike) -> str | None:
+    """Why WS cannot be read as a workspace, in one line that names the fix; None when it can.
+
+    The one wording every command that lists a workspace's jobs uses, so a file given as the workspace is
+    called a file (not "does not exist"), and a directory we may not read says so."""
+    if os.path.isdir(ws):
+        if not os.access(ws, os.R_OK | os.X_OK):
+            return (
+                f"cannot read workspace {ws}: permission denied; pass one you can read (--workspace or JOB_WORKSPACE)"
+            )
+        return None
+    if os.path.lexists(ws):
+        return (
+            f"workspace {ws} is a file, not a directory; pass the directory that holds the job logs "
+            "(--workspace or JOB_WORKSPACE)"
+        )
+    return f"workspace {ws} does not exist; pass --workspace or set JOB_WORKSPACE"

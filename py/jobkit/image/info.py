@@ -52,6 +52,10 @@ def find_engine(wanted: str | None) -> str:
 
 def resolve_image(engine: str, image: str) -> str:
     """2. A tarball is loaded and the name it loaded is used; anything else is taken as an image reference."""
+    if not image.strip():
+        raise ImageInfoError("no image given; give an image name (e.g. localhost/maxtext-cpu:latest) or a .tar")
+    if Path(image).is_dir():
+        raise ImageInfoError(f"{image} is a directory; give an image tarball (.tar) or an image name")
     if not image.endswith(".tar"):
         return image
     if not Path(image).is_file():
@@ -59,8 +63,17 @@ def resolve_image(engine: str, image: str) -> str:
     loaded = _run([engine, "load", "-i", image], timeout=1800)
     names = [line.split(": ", 1)[1] for line in loaded.stdout.splitlines() if line.startswith("Loaded image")]
     if loaded.returncode != 0 or not names:
-        raise ImageInfoError(f"'{engine} load -i {image}' failed: {loaded.stderr.strip()[-300:]}")
+        raise ImageInfoError(f"'{engine} load -i {image}' failed: {engine_reason(loaded.stderr)}")
     return names[-1].split(",")[0].strip()
+
+
+def engine_reason(stderr: str, limit: int = 300) -> str:
+    """The engine's own reason for a failure, in one line: its last `Error: ...` line (podman and docker put the
+    summary there), else its last line; whole words, cut at the end rather than mid-word at the start."""
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    errors = [line for line in lines if line.lower().startswith("error")]
+    reason = (errors or lines or ["no output"])[-1]
+    return reason if len(reason) <= limit else reason[: limit - 3].rsplit(" ", 1)[0] + "..."
 
 
 def inspect(engine: str, image: str) -> dict:

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 import click
 
-from jobkit.core import procfs
+from jobkit.core import clitypes, procfs
 from jobkit.core.errors import EXIT_UNREACHABLE
 from jobkit.observe import ray_actor
 from jobkit.observe.ray_actor import one_line
@@ -441,8 +441,8 @@ def run(options: Options) -> int:
             signal.signal(s, h)
 
 
-_SECONDS = click.FloatRange(min=0, min_open=True)
-_GRACE = click.FloatRange(min=0)
+_SECONDS = clitypes.Seconds()
+_GRACE = clitypes.Seconds(min_open=False)
 
 
 @click.command(

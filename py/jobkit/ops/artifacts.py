@@ -230,10 +230,9 @@ def group():
 def clean_command(ws, dry_run, no_scheduler):
     """Remove the snapshots no queued or running job uses (Slurm is asked; recently active logs are kept)."""
     workspace = paths.workspace(ws)
-    if not workspace.is_dir():
-        raise JobkitError(
-            "artifacts clean", f"workspace {workspace} does not exist; pass --workspace or set JOB_WORKSPACE"
-        )
+    problem = paths.workspace_problem(workspace)
+    if problem:
+        raise JobkitError("artifacts clean", problem)
     arts = workspace / ".artifacts"
     snapshots = find_snapshots(workspace)
     if not snapshots:

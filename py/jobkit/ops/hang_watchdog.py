@@ -30,6 +30,7 @@ Anything else is ignored, and said in the log (`[hang] <host>: ignored ...`). Th
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import signal
@@ -43,7 +44,7 @@ from pathlib import Path
 
 import click
 
-from jobkit.core import files, procfs
+from jobkit.core import clitypes, files, procfs
 from jobkit.core.errors import EXIT_SETTINGS, JobkitError
 
 STARTUP, COMPILE, TRAINING = "startup", "compile", "training"
@@ -71,7 +72,7 @@ class Settings:
 
     @classmethod
     def from_env(cls, env: dict[str, str]) -> Settings:
-        def number(name: str, default: float, allow_off: bool = False) -> tuple[float, bool]:
+        def number(name: str, default: float, allow_off: bool = False, unit: str = " of seconds") -> tuple[float, bool]:
             raw = env.get(name, "").strip()
             if not raw:
                 return default, True
@@ -81,14 +82,14 @@ class Settings:
                 value = float(raw)
             except ValueError:
                 value = -1.0
-            if value <= 0:
+            if not (math.isfinite(value) and value > 0):  # nan passes `value <= 0`; inf would make no limit
                 hint = ", or off to turn the watchdog off" if allow_off else ""
-                raise SettingsError(f"{name}={raw} is not a positive number of seconds; e.g. {name}={default:g}{hint}")
+                raise SettingsError(f"{name}={raw} is not a positive number{unit}; e.g. {name}={default:g}{hint}")
             return value, True
 
         floor, enabled = number("HANG_TIMEOUT", cls.floor, allow_off=True)
         allowance, _ = number("HANG_COMPILE_TIMEOUT", cls.compile_allowance)
-        factor, _ = number("HANG_STEP_FACTOR", cls.factor)
+        factor, _ = number("HANG_STEP_FACTOR", cls.factor, unit="")
         action = env.get("HANG_ACTION", "").strip().lower() or cls.action
         if action not in ("cancel", "report"):
             raise SettingsError(f"HANG_ACTION={env['HANG_ACTION']} is not cancel or report; e.g. HANG_ACTION=cancel")
@@ -435,7 +436,9 @@ class Watchdog:
 @click.command("hang-watchdog")
 @click.option("--log", "log", type=click.Path(path_type=Path), help="The job log to follow.")
 @click.option("--job-dir", type=click.Path(path_type=Path), help="The job dir (hang/ is written there).")
-@click.option("--interval", type=float, default=2.0, show_default=True, help="Seconds between looks.")
+@click.option(
+    "--interval", type=clitypes.Seconds(max=3600), default=2.0, show_default=True, help="Seconds between looks."
+)
 @click.option("--check", is_flag=True, help="Only check the HANG_* settings: one line and exit 2 when bad.")
 @click.option(
     "--marker",

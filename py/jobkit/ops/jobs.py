@@ -2,8 +2,9 @@
 
 A job is its log, `<workspace>/<JOB_ID>-<JOB_NAME>.log`, written by run_local.sh and submit.sh alike; what the
 table shows comes from that log alone (header, step lines, JOB SUMMARY), so it works on a login node with no
-scheduler access and for jobs of any age. A job is named on the command line by `latest`, its id, a unique part
-of its file name, or its log / job dir path (resolve).
+scheduler access and for jobs of any age. A job is named on the command line by `latest`, its id (matched whole),
+a leading part of its id up to a '_', a unique part of its name, or its log / job dir path (resolve). A log that
+cannot be read is a row that says so in `jobs`, and one line from `tail`.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import click
 
 from jobkit.core import failures, logparse, tgs
 from jobkit.core.errors import JobkitError
-from jobkit.core.paths import workspace
+from jobkit.core.paths import workspace, workspace_problem
 
 _WALL = re.compile(r"^\s*Wall:\s*(?P<wall>.+?)\s*$", re.M)
 _JOB_LOG = re.compile(r"^(?P<id>(?:local_\d{8}_\d{6}_[0-9a-f]{4}|\d+(?:_\d+)?))-(?P<name>.+)\.log$")
@@ -69,13 +70,18 @@ def local_start(job_id: str) -> float | None:
 
 def job_logs(ws: Path) -> list[Path]:
     """The workspace's job logs, oldest first."""
-    if not ws.is_dir():
-        raise JobsError(f"workspace {ws} does not exist; pass --workspace or set JOB_WORKSPACE")
-    logs = [p for p in ws.iterdir() if p.is_file() and _JOB_LOG.match(p.name)]
+    problem = workspace_problem(ws)
+    if problem:
+        raise JobsError(problem)
+    try:
+        logs = [p for p in ws.iterdir() if p.is_file() and _JOB_LOG.match(p.name)]
+    except OSError as exc:
+        raise JobsError(f"cannot read workspace {ws}: {exc.strerror}; pass one you can read") from None
     return sorted(logs, key=lambda p: p.stat().st_mtime)
 
 
 def read_job(path: Path) -> Job:
+    """The job LOG records; OSError when it cannot be read (the dashboard makes that a row of its own)."""
     parsed = logparse.parse_file(str(path))
     m = _JOB_LOG.match(path.name)
     header = parsed.header
@@ -101,12 +107,28 @@ def read_job(path: Path) -> Job:
     )
 
 
+def unreadable_job(path: Path) -> Job:
+    """A row for a log that cannot be read: what its file name says, and that it is unreadable."""
+    m = _JOB_LOG.match(path.name)
+    try:
+        modified = path.lstat().st_mtime
+    except OSError:
+        modified = 0.0
+    return Job(m.group("id"), m.group("name"), "?", "?", "unreadable", "-", None, str(path), modified)
+
+
 def _count(value: str | None, default: int) -> int:
     return int(value) if value and value.isdigit() else default
 
 
 def resolve(ws: Path, spec: str) -> Path:
-    """The log of the job SPEC names: `latest`, a log or job dir path, a job id, or a unique part of a log name."""
+    """The log of the job SPEC names: `latest`, a log or job dir path, a job id, or a unique part of a log name.
+
+    A job id is matched whole (the log name's part before its first '-'), never as a piece of another id: `2`
+    is job 2, not job 12 nor a local id stamped 2026. Only when no id matches is SPEC read as a leading part
+    of an id (`local_20261124_222907`, `123` for the tasks `123_4`) or a part of a job name (`no_such_key`)."""
+    if not spec.strip():
+        raise JobsError("give a job: latest, a job id, a unique part of its name, or its log / job dir path")
     given = Path(spec)
     if given.is_file():
         return given
@@ -117,14 +139,25 @@ def resolve(ws: Path, spec: str) -> Path:
         raise JobsError(f"no job logs in {ws}; run a job first, or pass --workspace")
     if spec == "latest":
         return logs[-1]
-    exact = [p for p in logs if _JOB_LOG.match(p.name).group("id") == spec]
-    found = exact or [p for p in logs if spec in p.name]
+    parts = [(p, _JOB_LOG.match(p.name)) for p in logs]
+    exact = [p for p, m in parts if m.group("id") == spec]
+    found = exact or [p for p, m in parts if _partly_names(spec, p.name, m.group("id"), m.group("name"))]
     if len(found) == 1:
         return found[0]
     if not found:
         raise JobsError(f"no job matching '{spec}' in {ws}; see 'jobkit jobs'")
     names = ", ".join(p.name.removesuffix(".log") for p in found[-5:])
     raise JobsError(f"'{spec}' matches {len(found)} jobs in {ws} ({names}); give more of the name or the job id")
+
+
+def _partly_names(spec: str, log_name: str, job_id: str, name: str) -> bool:
+    """SPEC is a leading part of JOB_ID up to one of its '_' (a local id's date and time, an array's job), the
+    log name's start past the id (`31-JAX`), or a part of the job NAME; a bare piece of an id never is."""
+    return (
+        job_id.startswith(spec.rstrip("_") + "_")
+        or (spec.startswith(f"{job_id}-") and log_name.startswith(spec))
+        or spec in f"{name}.log"
+    )
 
 
 def _tgs_text(value: float | None) -> str:
@@ -149,7 +182,13 @@ def jobs_command(ws, model, last, as_json):
         logs = job_logs(workspace(ws))
     except JobsError as exc:
         raise JobkitError("jobs", str(exc)) from None
-    found = [read_job(p) for p in logs]
+    found = []
+    for path in logs:
+        try:
+            found.append(read_job(path))
+        except OSError as exc:  # one unreadable log is one row that says so, not the end of the list
+            click.echo(f"jobkit jobs: cannot read {path}: {exc.strerror or exc}; its row says unreadable", err=True)
+            found.append(unreadable_job(path))
     if model:
         found = [j for j in found if j.model == model]
     if last:
@@ -174,10 +213,13 @@ def tail_command(job, ws, lines, no_follow):
         log = resolve(workspace(ws), job)
     except JobsError as exc:
         raise JobkitError("tail", str(exc)) from None
+    try:
+        text = failures.read_tail(str(log))  # also proves the log readable before tail -F would retry forever
+    except OSError as exc:
+        raise JobkitError("tail", f"cannot read {log}: {exc.strerror or exc}; check its permissions") from None
+    click.echo(f"jobkit tail: {log}", err=True)  # which job SPEC named: a name part may not be the one meant
     if no_follow:
-        text = failures.read_tail(str(log))
         click.echo("\n".join(text.splitlines()[-lines:]) if lines else "", nl=bool(lines))
         return
-    click.echo(f"==> {log} <==", err=True)
     # tail -F follows the file across a rename (jobkit tag) and waits while it does not exist yet (a queued job).
     os.execvp("tail", ["tail", "-n", str(lines), "-F", str(log)])

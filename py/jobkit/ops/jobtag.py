@@ -12,12 +12,15 @@ What points at the old names is repointed in the same step, so nothing dangles a
 Logs are never edited (they are the job's evidence, and paths printed in them stay as they were).
 
 Refused, with nothing renamed: a job without steady-state steps (nothing to tag it with), a job whose log has
-no JOB SUMMARY yet (still running, and its processes write to the job dir by name), a new name that exists.
+no JOB SUMMARY yet (still running, and its processes write to the job dir by name), a new name that exists, a
+log it may not read, a workspace, job dir or link dir it may not change (checked before the first rename, so a
+job is never left half renamed with its `log` link dangling).
 Tagging a tagged job again does nothing: a finished log no longer changes, so neither would the number.
 """
 
 from __future__ import annotations
 
+import glob
 import math
 import os
 import re
@@ -68,11 +71,22 @@ class Plan:
 
 
 def steady_tgs(log: Path) -> tuple[float | None, str | None]:
-    """The steady-state TGS/device (None without a finite steady step) and the JOB SUMMARY status."""
-    parsed = logparse.parse_file(str(log))
+    """The steady-state TGS/device (None without a finite steady step) and the JOB SUMMARY status;
+    logparse.LogError when the log cannot be read."""
+    parsed = logparse.load(str(log))
     summary = tgs.summarize(parsed)
     value = summary.tgs if summary.tgs is not None and math.isfinite(summary.tgs) else None
     return value, parsed.footer_status
+
+
+def _check_tagged_meanwhile(log: Path) -> None:
+    """TagError(done) when LOG is gone because it was tagged meanwhile (a `jobkit tag` run at the same time)."""
+    if os.path.lexists(log):
+        return
+    stem = log.name.removesuffix(".log")
+    tagged = sorted(p.name for p in log.parent.glob(f"{glob.escape(stem)}-tgs*.log") if TAGGED.search(p.stem))
+    if tagged:
+        raise TagError(f"{stem}: already tagged as {tagged[0].removesuffix('.log')}; nothing to do", done=True)
 
 
 def _canon(path: str) -> str:
@@ -101,7 +115,14 @@ def _symlinks(ws: Path, job_dir: Path | None):
             except OSError:
                 continue  # a dir we may not read (another user's) cannot point at our job by a link we could fix
     if job_dir is not None:
-        for root, dirs, files in os.walk(job_dir):  # does not descend into symlinked dirs
+
+        def unreadable(exc: OSError) -> None:  # a link in it could not be seen, so not repointed: it would dangle
+            raise TagError(
+                f"{job_dir.name}: cannot read {exc.filename} ({exc.strerror}), so the links in it could not be "
+                "repointed; fix its permissions (or tag as its owner), then tag again"
+            )
+
+        for root, dirs, files in os.walk(job_dir, onerror=unreadable):  # does not descend into symlinked dirs
             for name in dirs + files:
                 if os.path.islink(os.path.join(root, name)):
                     seen.add(os.path.join(root, name))
@@ -123,6 +144,11 @@ def _plan_links(plan: Plan, ws: Path) -> None:
             os.path.relpath(new_points_at, os.path.dirname(new_link)) if not os.path.isabs(target) else new_points_at
         )
         if new_target != target:  # a relative link within the job dir moves with it and stays right
+            if not os.access(os.path.dirname(link), os.W_OK | os.X_OK):
+                raise TagError(
+                    f"{plan.old_stem}: cannot repoint {link} (its directory is not writable), so it would dangle; "
+                    "fix the directory's permissions (or tag as its owner), then tag again"
+                )
             plan.links.append((Path(new_link), target, new_target))
 
 
@@ -130,8 +156,8 @@ def _plan_records(plan: Plan, ws: Path) -> None:
     # The stem as a whole path component: `31-JAX-tiny` in `/ws/31-JAX-tiny.log` or `.../31-JAX-tiny/x`, never
     # inside `131-JAX-tiny` or `31-JAX-tiny-tgs5042` (another job, or this one already tagged).
     pattern = re.compile(r"(?<![\w.-])" + re.escape(plan.old_stem) + r"(?![\w-])")
-    for glob in RECORDS:
-        for path in sorted(ws.glob(glob)):
+    for record_glob in RECORDS:
+        for path in sorted(ws.glob(record_glob)):
             if path.is_symlink() or not path.is_file():
                 continue
             try:
@@ -152,7 +178,12 @@ def make_plan(log: Path) -> Plan:
         raise TagError(f"{log} is not a job log (<JOB_ID>-<JOB_NAME>.log); pass a job from 'jobkit jobs'")
     if TAGGED.search(stem):
         raise TagError(f"{stem}: already tagged; nothing to do", done=True)
-    value, status = steady_tgs(log)
+    _check_tagged_meanwhile(log)
+    try:
+        value, status = steady_tgs(log)
+    except logparse.LogError as exc:
+        _check_tagged_meanwhile(log)
+        raise TagError(f"{stem}: {exc}; check its permissions", skip=True) from None
     if status is None:
         raise TagError(
             f"{stem}: no JOB SUMMARY in its log yet (still running?); tag it once it has finished", skip=True
@@ -174,7 +205,16 @@ def make_plan(log: Path) -> Plan:
         plan.new_dir = ws / new_stem
     for new in (plan.new_log, plan.new_dir):
         if new is not None and os.path.lexists(new):
+            _check_tagged_meanwhile(log)
             raise TagError(f"{stem}: {new} already exists; move it away (or rename it), then tag again")
+    # Everything the renames and repoints need is checked before the first rename: a job half renamed (its
+    # dir's `log` link left pointing at the old name) is worse than one not tagged.
+    for where, need in ((ws, "write to"), (plan.job_dir, "read and write")):
+        if where is not None and not os.access(where, os.R_OK | os.W_OK | os.X_OK):
+            raise TagError(
+                f"{stem}: cannot {need} {where} (permission denied), so its renames and links could not all be "
+                "done; fix its permissions (or tag as its owner), then tag again"
+            )
     _plan_links(plan, ws)
     _plan_records(plan, ws)
     return plan
@@ -207,6 +247,9 @@ def apply(plan: Plan) -> None:
     """Rename and repoint; on any failure undo what was done, so the job is left as it was."""
     undo = []
     try:
+        if os.path.lexists(plan.new_log):  # rename would replace it silently
+            _check_tagged_meanwhile(plan.log)
+            raise OSError(f"{plan.new_log} appeared meanwhile; move it away (or rename it), then tag again")
         os.rename(plan.log, plan.new_log)
         undo.append(lambda: os.rename(plan.new_log, plan.log))
         if plan.job_dir is not None:
@@ -221,6 +264,8 @@ def apply(plan: Plan) -> None:
     except OSError as exc:
         for step in reversed(undo):
             step()
+        if not undo:
+            _check_tagged_meanwhile(plan.log)
         raise TagError(f"{plan.old_stem}: {exc}; nothing was renamed") from None
 
 

@@ -37,7 +37,7 @@ from pathlib import Path
 
 import click
 
-from jobkit.core import failures, files, logparse, procfs, slurm
+from jobkit.core import clitypes, failures, files, logparse, procfs, slurm
 from jobkit.core.errors import EXIT_USAGE, JobkitError
 from jobkit.core.paths import workspace
 from jobkit.ops import hang_watchdog, notify, requeue
@@ -160,6 +160,34 @@ def recent_tgs(record: dict) -> float | None:
 # -------------------------------------------------------------------------------------------- the monitor
 
 
+_RECORD_NUMBERS = ("offset", "first_step", "last_step", "last_step_at", "summary_at", "drops")
+
+
+def _state_problem(state) -> str | None:
+    """What makes STATE (a state file's JSON) not one the monitor wrote; None when it is its shape."""
+    number = (int, float)
+    if not isinstance(state, dict):
+        return "not a JSON object"
+    if not isinstance(state.get("started"), number) or isinstance(state.get("started"), bool):
+        return "no start time"
+    if not isinstance(state.get("follow", []), list) or not all(isinstance(j, str) for j in state.get("follow", [])):
+        return "'follow' is not a list of job ids"
+    if not isinstance(state.get("jobs"), dict):
+        return "'jobs' is not an object"
+    for job_id, record in state["jobs"].items():
+        if not (
+            isinstance(record, dict)
+            and isinstance(record.get("seen"), list)
+            and isinstance(record.get("state"), str | None)
+            and isinstance(record.get("header", {}), dict)
+            and all(isinstance(record.get(k, []), list) for k in ("tgs_steady", "tgs_recent"))
+            and all(isinstance(record.get(k, 0), number) for k in _RECORD_NUMBERS)
+        ):
+            return f"job {job_id}'s record is not one the monitor wrote"
+    state.setdefault("follow", [])
+    return None
+
+
 class Monitor:
     def __init__(
         self,
@@ -177,16 +205,28 @@ class Monitor:
         self.stall = stall
         self.tgs_drop = tgs_drop
         self.state = self._load()
+        self.unknown: list[str] = []  # given jobs with no log that the scheduler (when it answered) does not know
 
     def _load(self) -> dict:
-        if self.state_file.is_file():
-            try:
-                return json.loads(self.state_file.read_text())
-            except (OSError, json.JSONDecodeError) as exc:
-                raise MonitorError(
-                    f"state file {self.state_file} cannot be read ({exc}); move it away to start afresh"
-                ) from None
-        return {"started": time.time(), "jobs": {}, "follow": []}
+        if os.path.lexists(self.state_file) and not self.state_file.is_file():
+            raise MonitorError(f"state file {self.state_file} is not a file; move it away, or pass --state FILE")
+        if not self.state_file.is_file():
+            return {"started": time.time(), "jobs": {}, "follow": []}
+        try:
+            state = json.loads(self.state_file.read_text())
+        except OSError as exc:
+            problem = exc.strerror or str(exc)
+        except UnicodeDecodeError:
+            problem = "not UTF-8 text"
+        except ValueError as exc:  # json.JSONDecodeError, and a number too large to be read
+            problem = str(exc)
+        else:
+            problem = _state_problem(state)
+        if problem:
+            raise MonitorError(
+                f"state file {self.state_file} cannot be read ({problem}); move it away to start afresh"
+            ) from None
+        return state
 
     def save(self) -> None:
         self.state_file.parent.mkdir(parents=True, exist_ok=True)
@@ -250,6 +290,9 @@ class Monitor:
 
         # 1. Scheduler state: squeue while it lists the job, then sacct, then the log's JOB SUMMARY.
         state, events = self._look_at_state(job_id, record, log, queued, scheduler_answered, who)
+        if log is None and state is None and job_id in self.given and job_id not in self.unknown:
+            if scheduler_answered or job_id.startswith("local_"):
+                self.unknown.append(job_id)
         if log is None:
             if state in ENDED:
                 record["done"] = True
@@ -487,7 +530,13 @@ def start_daemon(pid_file: Path, state_path: Path) -> None:
 @click.argument("jobs", nargs=-1)
 @click.option("--workspace", "ws", help="Where the job logs are (default $JOB_WORKSPACE, else <repo>/outputs).")
 @click.option("--sweep", help="Follow this sweep's jobs (its id, as `jobkit sweep` names it).")
-@click.option("--interval", type=click.FloatRange(0.1), default=30, show_default=True, help="Seconds between polls.")
+@click.option(
+    "--interval",
+    type=clitypes.Seconds(min=0.1, min_open=False),
+    default=30,
+    show_default=True,
+    help="Seconds between polls.",
+)
 @click.option("--once", is_flag=True, help="Poll once and exit (for cron: the state file carries over).")
 @click.option("--daemon", is_flag=True, help="Run in the background; pid file and log beside the state file.")
 @click.option("--stop", "stop_daemon", is_flag=True, help="Stop the background monitor of this state file.")
@@ -507,14 +556,14 @@ def start_daemon(pid_file: Path, state_path: Path) -> None:
 @click.option("--no-notify", is_flag=True, help="Only print events.")
 @click.option(
     "--stall",
-    type=click.FloatRange(1),
+    type=clitypes.Seconds(min=1, min_open=False),
     default=1800,
     show_default=True,
     help="Seconds without a new step that count as stalled.",
 )
 @click.option(
     "--tgs-drop",
-    type=click.FloatRange(1, 99),
+    type=clitypes.Percent(1, 99, min_open=False),
     default=20,
     show_default=True,
     help="Percent below the steady TGS that counts as a drop.",
@@ -524,6 +573,13 @@ def command(jobs, ws, sweep, interval, once, daemon, stop_daemon, state_file, le
     ws_path = workspace(ws)
     state_path = Path(state_file) if state_file else ws_path / ".monitor" / "state.json"
     pid_file = state_path.with_name(state_path.stem + ".pid")
+    if once and daemon:
+        raise JobkitError(
+            "monitor",
+            "--once polls once in the foreground (for cron), --daemon keeps polling in the background; "
+            "give one of them",
+            EXIT_USAGE,
+        )
     if stop_daemon:
         pid = _pid_alive(pid_file, state_path)
         if pid is None:
@@ -551,6 +607,7 @@ def command(jobs, ws, sweep, interval, once, daemon, stop_daemon, state_file, le
         f"notifying {len(targets.urls)} target(s) from {targets.source} ({level})" if targets else "no notifications"
     )
     click.echo(f"{time.strftime('%Y-%m-%dT%H:%M:%S')} monitor: following jobs in {ws_path}; {where}")
+    warned: set[str] = set()
     try:
         while True:
             try:
@@ -558,6 +615,13 @@ def command(jobs, ws, sweep, interval, once, daemon, stop_daemon, state_file, le
             except MonitorError as exc:
                 raise JobkitError("monitor", str(exc), EXIT_USAGE) from None
             monitor.save()  # before printing or sending: a restart never repeats an alert
+            for job_id in (j for j in monitor.unknown if j not in warned):
+                warned.add(job_id)  # a warning, not a refusal: the id may be a job of another workspace's log
+                click.echo(
+                    f"{time.strftime('%Y-%m-%dT%H:%M:%S')} monitor: WARNING: job {job_id} has no log in {ws_path} "
+                    "and the scheduler does not know it; check the id (and --workspace)",
+                    err=True,
+                )
             for event in events:
                 click.echo(event.line())
             for problem in deliver(events, targets, level):

@@ -61,8 +61,18 @@ def _read_config(path: Path) -> list[str]:
             f"{path} is readable or writable by others (mode {stat.S_IMODE(mode):03o}) and holds tokens; "
             f"run: chmod 600 {path}"
         )
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise NotifyError(f"cannot read {path}: {exc.strerror}; check its permissions (chmod 600 {path})") from None
+    try:
+        text = data.decode()
+    except UnicodeDecodeError:
+        text = None
+    if text is None or "\0" in text:
+        raise NotifyError(f"{path} is not a text file of apprise URLs; put one URL per line in it (or move it away)")
     # Whole-line comments only: a URL may hold '#' itself (a Slack channel: slack://.../#ops).
-    lines = (line.strip() for line in path.read_text().splitlines())
+    lines = (line.strip() for line in text.splitlines())
     return [line for line in lines if line and not line.startswith("#")]
 
 
@@ -76,6 +86,12 @@ def find_targets(given: tuple[str, ...] | list[str] = ()) -> Targets | None:
     if path.is_file():
         urls = _read_config(path)
         return Targets(urls, str(path)) if urls else None
+    if os.path.lexists(path):  # a directory (or a dangling link) where the URLs are looked for
+        what = "a directory" if path.is_dir() else "not a file"
+        raise NotifyError(
+            f"{path} is {what}, not a file of apprise URLs; move it away and put the URLs in a file of that name "
+            f"(chmod 600), or set ${ENV_CONFIG}"
+        )
     return None
 
 

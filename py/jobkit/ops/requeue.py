@@ -35,9 +35,8 @@ from pathlib import Path
 
 import click
 
-from jobkit.core import failures, files, logparse
+from jobkit.core import clitypes, failures, files, logparse
 from jobkit.core.errors import EXIT_BAD_INPUT, EXIT_NOT_RETRIED, JobkitError
-from jobkit.core.nodelist import expand_nodelist
 from jobkit.ops import hang_watchdog
 
 RETRYABLE = {
@@ -110,7 +109,7 @@ def outcome(log: logparse.JobLog, text: str, job_dir: Path) -> failures.Failure 
     if log.footer_status == "STOPPED":
         stopped = re.search(r"Training stopped: (.*?)\.?$", text, re.M)
         return failures.Failure("stopped-early", stopped.group(1) if stopped else "")
-    nodes = expand_nodelist(log.header.get("JOB_NODELIST", ""))
+    nodes, _ = logparse.header_nodes(log.header)  # an unexpandable nodelist excludes no host
     found = failures.classify(text, log.footer_status, log.footer_exit, has_steps=bool(log.entries), nodes=nodes)
     if found.reason == "hang":
         return _unverified("HANG", job_dir, job_id, hang_watchdog.read_marker) or found
@@ -121,7 +120,12 @@ def decide(log: logparse.JobLog, text: str, env: dict[str, str], job_dir: Path) 
     """Whether the job in LOG (its tail TEXT, its dir JOB_DIR) gets another attempt, and which hosts it must
     avoid."""
     attempt = _int(env.get("ATTEMPT") or log.header.get("ATTEMPT"), 1)
-    max_retries = _int(env.get("MAX_RETRIES") or log.header.get("MAX_RETRIES"), 0)
+    # The same reading submit.sh gives it (settings.sh setting_uint): 'abc' or -1 is refused, never taken for 0.
+    setting = {"MAX_RETRIES": env.get("MAX_RETRIES") or log.header.get("MAX_RETRIES") or ""}
+    try:
+        max_retries = clitypes.env_uint(setting, "MAX_RETRIES", 0)
+    except clitypes.SettingError as exc:
+        raise RequeueError(str(exc)) from None
     earlier = [h for h in (env.get("REQUEUE_EXCLUDE") or "").split(",") if h]
 
     def no(why: str) -> Decision:
@@ -263,16 +267,68 @@ def requeue(log_path: Path, env: dict[str, str]) -> tuple[Decision, str | None]:
     return decision, job_id
 
 
-@click.command("requeue")
+HELP = f"""Submit the job of LOG again when its outcome is worth another attempt, at most MAX_RETRIES times.
+
+_job.sbatch runs this as its last act when MAX_RETRIES is above 0; run it by hand to requeue a job that
+ended, or with --dry-run to see what would be decided.
+
+\b
+Retried (the failure class `jobkit why` gives):
+  {", ".join(sorted(RETRYABLE))}
+  (a hang or a time limit only with the marker the job's own watchdog or batch script wrote).
+Never: success, a cancel by a person, OOM, a config error, a Python exception, anything unknown.
+
+\b
+MAX_RETRIES      attempts after the first (the environment's, else the log header's; 0: never)
+REQUEUE_EXCLUDE  hosts earlier attempts excluded (comma-separated): the next attempt avoids them,
+                 and the host that a node failure or GPU fault names
+
+At most once per job: <job dir>/{CLAIM_FILE} is the claim and names the next job; a second call (a
+monitor, a rerun) submits nothing. The next attempt runs from the same code snapshot
+(MAXTEXT_LAUNCHER_DIR) with the same arguments (SUBMIT_ARGV), ATTEMPT+1 and RETRY_OF=<this job>.
+
+\b
+--dry-run decides and prints; it submits and writes nothing.
+Exit 0: requeued (or would be); {EXIT_NOT_RETRIED}: not requeued;
+{EXIT_BAD_INPUT}: the log cannot be read, or the submit failed.
+"""
+
+
+def _already(job_dir: Path) -> str | None:
+    """What JOB_DIR's requeue.json says about the requeue already taken, in words; None when there is none."""
+    path = job_dir / CLAIM_FILE
+    if not path.exists() and not path.is_symlink():
+        return None
+    try:
+        data = json.loads(files.read_own(path))
+        if not isinstance(data, dict):
+            raise ValueError("not a JSON object")
+    except (OSError, ValueError, files.Untrusted) as exc:
+        return f"already requeued ({path} cannot be read: {exc}); a job is requeued at most once"
+    decision = data.get("decision") if isinstance(data.get("decision"), dict) else {}
+    exclude = decision.get("exclude") if isinstance(decision.get("exclude"), list) else []
+    if data.get("job_id"):
+        done = f"already requeued as job {data['job_id']}"
+    elif data.get("error"):
+        done = f"a requeue was claimed and failed ({data['error']})"
+    else:
+        done = "a requeue was claimed (no job id recorded yet)"
+    hosts = f"excluding {','.join(map(str, exclude))}" if exclude else "excluding no hosts"
+    return f"{done}, {hosts} (see {path}); a job is requeued at most once"
+
+
+@click.command("requeue", help=HELP)
 @click.argument("log", type=click.Path(dir_okay=False))
-@click.option("--dry-run", is_flag=True, help="Say what would be decided; submit nothing.")
+@click.option("--dry-run", is_flag=True, help="Say what would be decided; submit and write nothing.")
 def command(log, dry_run):
-    """Submit the job of LOG again if its outcome is retryable and MAX_RETRIES allows (see `jobkit requeue`'s doc)."""
     path = Path(log)
     try:
         if dry_run:
             parsed = logparse.load(log)
             decision = decide(parsed, failures.read_tail(log), dict(os.environ), path.with_suffix(""))
+            already = _already(path.with_suffix("")) if decision.retry else None
+            if already:
+                decision = Decision(False, already, decision.attempt, decision.max_retries, decision.exclude)
             job_id = None
         else:
             decision, job_id = requeue(path, dict(os.environ))

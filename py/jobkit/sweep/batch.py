@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 import click
 
+from jobkit.core import clitypes
 from jobkit.core.config import parse_overrides
 from jobkit.core.errors import JobkitError
 from jobkit.core.paths import REPO_ROOT
@@ -352,12 +353,16 @@ def _estimate(name, cfg, device_memory, fraction_given, local, extra, num_nodes)
 @click.option("--param", "param_name", default="per_device_batch_size", show_default=True, help="What to sweep.")
 @click.option("--start", help="First value to probe (default: from the memory estimate).")
 @click.option("--values", "values_text", help="Run exactly these values, e.g. 4,8,12 or full,minimal (no probing).")
-@click.option("--device-memory", type=click.FloatRange(0, min_open=True), help="GB per device for the estimate.")
-@click.option("--mem-fraction", type=click.FloatRange(0, 1, min_open=True), help="Share of it the pool gets.")
+@click.option(
+    "--device-memory", type=clitypes.Positive("number of GB", max=1e6), help="GB per device for the estimate."
+)
+@click.option(
+    "--mem-fraction", type=clitypes.Finite("fraction", 0, 1, min_open=True), help="Share of it the pool gets."
+)
 @click.option("--max-runs", type=click.IntRange(1), default=6, show_default=True, help="Most probes to run.")
 @click.option("--apply", "apply_it", is_flag=True, help="Write the optimum into configs/MODEL.yml (diff, confirm).")
 @click.option("--yes", is_flag=True, help="With --apply: write without asking.")
-@click.option("--steps", type=click.IntRange(1), default=15, show_default=True, help="Steps per job (steady 5-14).")
+@common.steps_option
 @click.argument("extra", nargs=-1, type=click.UNPROCESSED)
 def command(
     model,

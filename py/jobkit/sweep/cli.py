@@ -55,12 +55,25 @@ def list_command():
         click.echo(f"no sweeps in {state.sweeps_dir()}")
         return
     click.echo(f"{'ID':40} {'DRIVER':8} {'STATE':12} {'DONE':>5}  CREATED")
+    damaged = []
     for sweep in sweeps:
-        plan = sweep.plan()
-        done = len(sweep.done())
+        try:
+            plan = sweep.plan()
+            done = str(len(sweep.done()))
+        except (state.SweepError, OSError, ValueError, KeyError, TypeError) as exc:
+            # One damaged sweep dir is marked and the list goes on; why is said once below the table.
+            damaged.append(
+                str(exc)
+                if isinstance(exc, state.SweepError)
+                else f"sweep {sweep.id}: cannot read {sweep.points_file} ({exc!r})"
+            )
+            click.echo(f"{sweep.id:40} {'?':8} {'UNREADABLE':12} {'?':>5}")
+            continue
         click.echo(
-            f"{sweep.id:40} {plan.get('driver', '?'):8} {plan.get('state', '?'):12} {done:>5}  {plan.get('created', '')}"
+            f"{sweep.id:40} {plan.get('driver', '?')!s:8} {plan.get('state', '?')!s:12} {done:>5}  {plan.get('created', '')}"
         )
+    for reason in damaged:
+        click.echo(f"jobkit sweep list: {reason}", err=True)
 
 
 @group.command("resume")

@@ -17,13 +17,19 @@ from pathlib import Path
 
 import click
 
-from jobkit.core import clitypes
+from jobkit.core import clitypes, tgs
 from jobkit.core.errors import EXIT_STOPPED, JobkitError
 from jobkit.core.nodelist import expand_nodelist
 from jobkit.core.paths import REPO_ROOT
 from jobkit.sweep import state
 from jobkit.sweep.engine import Engine, Policy, SweepInterrupted, SweepStopped
 from jobkit.sweep.jobs import LocalRunner, Runner, SlurmRunner
+
+# A job's TGS is the mean of its steady window (5-14 by default): fewer steps give none, or a partial window that
+# the verdict warns about, so every driver refuses them before anything is submitted.
+MIN_STEPS = tgs.DEFAULT_STEADY[1] + 1
+# More nodes than any sweep means: past this a typo (node[1-100000]) would queue that many jobs.
+MAX_NODES = 10_000
 
 # After the scheduler lets a job go, how long to wait for its log's JOB SUMMARY (shared filesystems lag).
 FOOTER_GRACE = 30.0
@@ -51,7 +57,12 @@ def parse_nodes(text: str | None, need: int = 1, local: bool = False) -> tuple[s
         nodes = tuple(expand_nodelist(text))
     except ValueError as exc:
         raise state.SweepError(f"-w {text!r} is not a node list ({exc}); write e.g. node1,node2 or node[1-4]") from exc
-    dupes = sorted({n for n in nodes if nodes.count(n) > 1})
+    if len(nodes) > MAX_NODES:
+        raise state.SweepError(
+            f"-w {text!r} names {len(nodes):,} nodes; a sweep takes at most {MAX_NODES:,} (split it)"
+        )
+    seen: set[str] = set()
+    dupes = sorted({n for n in nodes if n in seen or seen.add(n)})
     if dupes:
         raise state.SweepError(f"-w {text!r} names {', '.join(dupes)} more than once; list each node once")
     if len(nodes) < need:
@@ -62,6 +73,47 @@ def parse_nodes(text: str | None, need: int = 1, local: bool = False) -> tuple[s
 def with_steps(extra: tuple[str, ...], steps: int) -> tuple[str, ...]:
     """EXTRA with steps=STEPS appended unless the user set steps= themselves."""
     return extra if any(a.startswith("steps=") for a in extra) else (*extra, f"steps={steps}")
+
+
+def _too_few_steps(what: str) -> str:
+    first, last = tgs.DEFAULT_STEADY
+    return (
+        f"{what} is below {MIN_STEPS}: a job's TGS is its steady steps {first}-{last}, so it needs steps>={MIN_STEPS}"
+    )
+
+
+class Steps(click.IntRange):
+    """--steps of every driver: a whole number of at least MIN_STEPS."""
+
+    def __init__(self):
+        super().__init__(min=MIN_STEPS)
+
+    def convert(self, value, param, ctx):
+        try:
+            return super().convert(value, param, ctx)
+        except click.BadParameter:
+            self.fail(_too_few_steps(repr(str(value))), param, ctx)
+
+
+def steps_option(func):
+    first, last = tgs.DEFAULT_STEADY
+    help_text = f"Steps per job (TGS from steps {first}-{last})."
+    return click.option("--steps", type=Steps(), default=MIN_STEPS, show_default=True, help=help_text)(func)
+
+
+def check_steps(params: dict) -> None:
+    """The steps a sweep's jobs run (steps= after --, else --steps) are at least MIN_STEPS; JobkitError if not."""
+    given = [a.partition("=")[2] for a in params.get("extra") or () if a.startswith("steps=")]
+    if given:
+        what = f"steps={given[-1]} after --"
+        try:
+            steps = int(given[-1])
+        except ValueError:
+            raise JobkitError("sweep", f"{what} is not a whole number of steps; e.g. steps={MIN_STEPS}") from None
+    else:
+        what, steps = f"--steps {params.get('steps')}", params.get("steps", MIN_STEPS)
+    if steps < MIN_STEPS:
+        raise JobkitError("sweep", _too_few_steps(what))
 
 
 def default_id(driver: str, model: str) -> str:
@@ -100,9 +152,6 @@ def options(func):
 # or a script of their own (--output, --chdir, --export, -J, --wrap, a stray word sbatch would take for the
 # batch script...): submit.sh sets those, and a plan edited by someone else must not.
 SBATCH_VALUE_OPTIONS = {
-    "--nodes": "-N",
-    "--nodelist": "-w",
-    "--exclude": "-x",
     "--partition": "-p",
     "--time": "-t",
     "--time-min": None,
@@ -124,7 +173,11 @@ SBATCH_VALUE_OPTIONS = {
     "--ntasks-per-node": None,
 }
 SBATCH_FLAGS = {"--exclusive"}  # takes its value only as --exclusive=...: never the next word
+# Which nodes a job runs on is the sweep's own choice (-w, -N per point; its records name them): submit.sh puts
+# --sbatch-arg after the sweep's -w, and sbatch's last -w wins, so one here would move jobs off their nodes.
+SBATCH_NODE_OPTIONS = {"--nodes": "-N", "--nodelist": "-w", "--exclude": "-x"}
 _SHORT = {short: long for long, short in SBATCH_VALUE_OPTIONS.items() if short}
+_NODE_NAMES = {*SBATCH_NODE_OPTIONS, *SBATCH_NODE_OPTIONS.values()}
 
 
 def check_sbatch_args(args: tuple[str, ...] | list[str]) -> None:
@@ -143,6 +196,12 @@ def check_sbatch_args(args: tuple[str, ...] | list[str]) -> None:
         if name in SBATCH_FLAGS:
             i += 1
             continue
+        if name in _NODE_NAMES:  # a getopt prefix of one (--nodel) is refused below as not allowed
+            raise JobkitError(
+                "sweep",
+                f"sbatch argument {word!r} would move the sweep's jobs off the nodes it pins and records;"
+                " name the nodes with the sweep's own -w (and -N), not --sbatch-arg",
+            )
         if name not in SBATCH_VALUE_OPTIONS and name not in _SHORT:
             raise refuse(word)
         attached = "=" in word if word.startswith("--") else len(word) > 2
@@ -172,6 +231,7 @@ def execute(driver: str, model: str, body: Callable[[Engine], str]) -> None:
     sweep_id = params.get("sweep_id") or default_id(driver, model)
     stored = {k: v for k, v in params.items() if k != "sweep_id"}
     check_sbatch_args(params.get("sbatch_args") or ())
+    check_steps(params)
     try:
         sweep, resumed = state.start(sweep_id, driver, _jsonable(stored))
     except state.SweepError as exc:

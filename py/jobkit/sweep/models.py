@@ -81,6 +81,8 @@ def load_table(path: Path, repo: Path) -> Table:
         data = yaml.safe_load(path.read_text())
     except OSError as exc:
         raise state.SweepError(f"cannot read the model table {path} ({exc.strerror}); give one with --table") from exc
+    except UnicodeDecodeError:
+        raise state.SweepError(f"cannot read the model table {path} (not UTF-8 text); give one with --table") from None
     except yaml.YAMLError as exc:
         raise state.SweepError(f"{path} is not valid YAML ({str(exc).splitlines()[0]}); fix it") from exc
     if not isinstance(data, dict) or set(data) - {"placement", "models"} or not data.get("models"):
@@ -417,7 +419,7 @@ def stop_rule(engine: Engine, entries: list[Entry], sides: list[Side], summary):
 @click.option("-w", "--nodelist", "nodelist", help="Nodes the table's placement picks from, e.g. node[1-8].")
 @click.option("--table", "table_file", help=f"Model table (default {TABLE}).")
 @click.option("--only", help="Comma-separated models of the table to run (opt-in ones too, e.g. tiny).")
-@click.option("--steps", type=click.IntRange(6), default=15, show_default=True, help="Steps per job (steady 5-14).")
+@common.steps_option
 @click.argument("extra", nargs=-1, type=click.UNPROCESSED)
 def command(commits, nodelist, table_file, only, steps, extra, **params):
     """Every model of the table at its node counts, each always on the same nodes; one commit or two side by side.
@@ -444,6 +446,11 @@ def command(commits, nodelist, table_file, only, steps, extra, **params):
         placed = place(entries, table, nodes) if nodes else {}
         roles = ("base", "cand")[: len(commits or ())]
         sides = [Side(role, name, resolve_commit(repo, name)) for role, name in zip(roles, commits or (), strict=True)]
+        if len(sides) == 2 and sides[0].sha == sides[1].sha:
+            raise state.SweepError(
+                f"--commits {commits[0]} {commits[1]} name the same commit ({sides[0].sha[:10]}); comparing it with"
+                " itself doubles the jobs for nothing: give two different commits, or leave --commits out"
+            )
         absent = absent_keys(repo, entries, sides)
         venv = shared_venv(repo, sides) if sides else None
     except state.SweepError as exc:

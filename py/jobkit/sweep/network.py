@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 
 import click
 
+from jobkit.core import clitypes
 from jobkit.core.errors import JobkitError
 from jobkit.sweep import common, nodes, state
 from jobkit.sweep.engine import CONFIG, Engine
@@ -416,17 +417,19 @@ def report(search: Search, finding: Finding) -> str:
 @click.argument("model")
 @click.option("-w", "--nodelist", "nodelist", help="Nodes to test together, e.g. node[1-8] (required).")
 @click.option(
-    "--baseline", type=click.FloatRange(0, min_open=True), help="Expected TGS/device (a healthy run of MODEL)."
+    "--baseline",
+    type=clitypes.Positive("TGS per device", max=1e9),
+    help="Expected TGS/device (a healthy run of MODEL).",
 )
 @click.option("--from-sweep", "from_sweep", help="A finished `jobkit sweep nodes` of MODEL: its median is expected.")
 @click.option(
     "--tolerance",
-    type=click.FloatRange(0, 100, min_open=True),
+    type=clitypes.Percent(),
     default=5.0,
     show_default=True,
     help="Percent below expected that still counts as healthy.",
 )
-@click.option("--steps", type=click.IntRange(6), default=15, show_default=True, help="Steps per job (steady 5-14).")
+@common.steps_option
 @click.argument("extra", nargs=-1, type=click.UNPROCESSED)
 def command(model, nodelist, baseline, from_sweep, tolerance, steps, extra, **params):
     """All NODES in one job of MODEL; if slower than expected, bisect to the node or link to blame.

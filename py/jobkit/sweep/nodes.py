@@ -67,8 +67,8 @@ def report(model: str, nodes: tuple[str, ...], outcomes: list[Outcome]) -> str:
 
 @common.driver_command("nodes")
 @click.argument("model")
-@click.option("-w", "--nodelist", "nodelist", required=True, help="Nodes to test, e.g. node[1-4].")
-@click.option("--steps", type=click.IntRange(1), default=15, show_default=True, help="Steps per job (steady 5-14).")
+@click.option("-w", "--nodelist", "nodelist", help="Nodes to test, e.g. node[1-4] (required).")
+@common.steps_option
 @click.argument("extra", nargs=-1, type=click.UNPROCESSED)
 def command(model, nodelist, steps, extra, **params):
     """One 1-node job of MODEL per node; TGS vs the median; the healthy nodelist.
@@ -76,6 +76,9 @@ def command(model, nodelist, steps, extra, **params):
     EXTRA (after --) are MaxText key=value and _env_KEY=VALUE settings for every job.
     """
     try:
+        if params.get("local"):
+            # Its jobs would run here, and the report would call -w's nodes healthy (audit sw8/sw9).
+            raise common.state.SweepError("a node sweep runs on Slurm nodes; --local cannot (drop it)")
         model = common.resolve_model(model)
         nodes = common.parse_nodes(nodelist)
     except common.state.SweepError as exc:

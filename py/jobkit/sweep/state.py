@@ -61,14 +61,19 @@ class Sweep:
 
     def plan(self) -> dict:
         try:
-            return json.loads(self.plan_file.read_text())
-        except (OSError, ValueError) as exc:
+            return self._checked(json.loads(self.plan_file.read_text()))
+        except (OSError, ValueError) as exc:  # ValueError: not UTF-8 (UnicodeDecodeError) or not JSON
             raise SweepError(f"sweep {self.id}: cannot read {self.plan_file} ({exc}); it is not a sweep dir") from exc
+
+    def _checked(self, plan) -> dict:
+        if not isinstance(plan, dict):
+            raise ValueError("not a JSON object")
+        return plan
 
     def trusted_plan(self) -> dict:
         """The plan, when it is the caller's own file that nobody else can write (what resume may replay)."""
         try:
-            return json.loads(files.read_own(self.plan_file, private=True))
+            return self._checked(json.loads(files.read_own(self.plan_file, private=True)))
         except files.Untrusted as exc:
             raise SweepError(
                 f"sweep {self.id}: not replaying {exc}; a plan others can change decides what resume submits:"
@@ -99,7 +104,8 @@ class Sweep:
         if not self.points_file.exists():
             return []
         out = []
-        for line in self.points_file.read_text().splitlines():
+        # A damaged byte spoils only its own line, which is skipped like a line cut short.
+        for line in self.points_file.read_text(errors="replace").splitlines():
             try:
                 out.append(json.loads(line))
             except ValueError:
@@ -126,7 +132,7 @@ class Sweep:
 def open_sweep(sweep_id: str) -> Sweep:
     path = sweeps_dir() / check_id(sweep_id)
     if not (path / "plan.json").exists():
-        known = ", ".join(s.id for s in list_sweeps()[-5:]) or "none yet"
+        known = ", ".join([s.id for s in list_sweeps() if _created(s) is not None][-5:]) or "none yet"
         raise SweepError(f"no sweep {sweep_id!r} in {sweeps_dir()} (recent: {known}); `jobkit sweep list` shows them")
     return Sweep(path)
 
@@ -164,4 +170,13 @@ def list_sweeps() -> list[Sweep]:
     if not base.is_dir():
         return []
     found = [Sweep(p) for p in base.iterdir() if (p / "plan.json").is_file()]
-    return sorted(found, key=lambda s: (s.plan().get("created", ""), s.id))
+    return sorted(found, key=lambda s: (_created(s) or "", s.id))
+
+
+def _created(sweep: Sweep) -> str | None:
+    """When SWEEP was created (for ordering), None when its plan cannot be read: a damaged sweep dir sorts
+    first and must neither hide the others nor stand in for the one a command asked about."""
+    try:
+        return str(sweep.plan().get("created", ""))
+    except SweepError:
+        return None

@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from jobkit.core import failures, logparse, tgs
-from jobkit.core.nodelist import expand_nodelist
 
 STARTUP, COMPILE, TRAINING = "startup", "compile", "training"
 # MaxText prints this once the parameters exist; the first step follows after XLA compiles the train step.
@@ -89,7 +88,7 @@ def verdict(log: Path | None, model: str, job_id: str, scheduler_state: str | No
         state = scheduler_state or "no log"
         line = f"{who}: ended without a job log ({state}) — FAIL"
         return Verdict("FAIL", "no-log", state, [], None, None, None, None, line)
-    nodes = expand_nodelist(parsed.header.get("JOB_NODELIST", ""))
+    nodes, _ = logparse.header_nodes(parsed.header)
     summary = tgs.summarize(parsed)
     steady = summary.windows["steady"].stats("seconds")
     step_time = steady.mean if steady else None

@@ -88,7 +88,7 @@ def run_waves(engine, plan: Plan, profiles: list[Profile], wave_size: int) -> tu
 @click.option("--profiles", "profile_names", help="Only these catalog profiles, in this order (a,b,c).")
 @click.option("--parallelism", help="Only profiles tagged with this parallelism (and untagged ones), e.g. fsdp.")
 @click.option("--wave-size", type=click.IntRange(1, 50), default=5, show_default=True, help="Profiles per wave.")
-@click.option("--steps", type=click.IntRange(1), default=15, show_default=True, help="Steps per job (steady 5-14).")
+@common.steps_option
 @click.argument("extra", nargs=-1, type=click.UNPROCESSED)
 def command(
     model, num_nodes, nodelist, catalog, repeats, profile_names, parallelism, wave_size, steps, extra, **params

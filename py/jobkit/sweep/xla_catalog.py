@@ -23,6 +23,10 @@ from jobkit.sweep.jobs import Point
 
 DEPLOYED, NO_ENV = "baseline-deployed", "baseline-no-env"  # the baseline pair; catalog names may not take them
 PROFILE_KEYS = {"description", "xla_flags", "env", "parallelism"}
+# The parallelism axes --parallelism may name besides a catalog's own tags (a model's axis that no profile is
+# tagged with keeps only the untagged profiles, on purpose): data, fully sharded data, tensor, pipeline,
+# sequence, context, expert, and a mix.
+PARALLELISM_TAGS = ("dp", "fsdp", "tp", "pp", "sp", "cp", "ep", "hybrid")
 CATALOG_KEYS = {"profiles", "description"}
 SAVED_NAME = "catalog.yml"  # the sweep dir's copy
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,59}$")
@@ -84,6 +88,8 @@ def load_catalog(path: Path) -> list[Profile]:
         text = path.read_text()
     except OSError as exc:
         raise state.SweepError(f"catalog {where}: cannot read it ({exc.strerror}); give an existing YAML file") from exc
+    except UnicodeDecodeError:
+        raise state.SweepError(f"catalog {where}: cannot read it (not UTF-8 text); give a YAML file") from None
     try:
         data = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
     except yaml.YAMLError as exc:
@@ -171,6 +177,14 @@ def select(profiles: list[Profile], names: str | None, parallelism: str | None, 
         chosen = [by_name[n] for n in dict.fromkeys(wanted)]
     if parallelism:
         tag = parallelism.lower()
+        tagged = sorted({t for p in profiles for t in p.parallelism})
+        if tag not in tagged and tag not in PARALLELISM_TAGS:
+            # A tag no profile has keeps the untagged ones only: a typo (fsdpp) would silently drop the ones wanted.
+            others = sorted(set(PARALLELISM_TAGS) - set(tagged))
+            raise state.SweepError(
+                f"--parallelism {parallelism!r} is not a parallelism tag (catalog {where} tags: {', '.join(tagged) or 'none'};"
+                f" others: {', '.join(others)}); give one of them or leave --parallelism out"
+            )
         chosen = [p for p in chosen if not p.parallelism or tag in p.parallelism]
     if not chosen:
         raise state.SweepError(f"no profile of catalog {where} is left after --profiles / --parallelism")
