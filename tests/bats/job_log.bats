@@ -85,6 +85,18 @@ setup() { source "$REPO_DIR/utils/lib/job_log.sh"; }
   [ "$(job_status_word 0 0 "" "$BATS_TEST_TMPDIR/debug.log")" = STOPPED ]
 }
 
+@test "status word: an early stop is found under pipefail in a log far longer than a pipe's buffer" {
+  # The batch script runs with pipefail: a search that cut its own pipe short (SIGPIPE) read as "not stopped".
+  local log=$BATS_TEST_TMPDIR/long.log
+  {
+    echo "0: I1125 22:12:42.268580 1 train.py:1454] Training stopped: Job received termination signal (SIGTERM)."
+    for ((i = 0; i < 4000; i++)); do echo "0: I1125 22:12:43.0 1 metric_logger.py:265] padding line $i of the log tail"; done
+  } >"$log"
+  set -o pipefail
+  run job_stopped_early "$log"
+  [ "$status" -eq 0 ] && [ "$output" = "Job received termination signal (SIGTERM)" ]
+}
+
 @test "status word: a reached target loss is a success; a hang marker makes a failure HANG" {
   printf 'I1124 05:43:10.913525 1 train.py:1454] Training stopped: Target loss self.config.target_eval_loss=2.0 is achieved.\n' \
     >"$BATS_TEST_TMPDIR/target.log"

@@ -24,6 +24,7 @@ from jobkit.core import logparse
 
 REPO = Path(__file__).resolve().parents[2]
 STEP_RE = re.compile(r"^(\d+): .*completed step: (\d+), .*?loss: ([\d.]+)", re.M)
+ISO_TIME = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ"  # what run_stage stamps on a stage's lines
 TERMINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE"}
 
 
@@ -85,7 +86,7 @@ def test_one_node_job_runs_every_stage_and_succeeds(slurm_env):
     assert head["JOB_ID"] == job_id and head["NNODES"] == "1" and head["MODEL_NAME"] == "tiny"
     for stage in ("Preflight", "ECC check", "Training"):
         assert re.search(rf"^== {stage} BEGIN ", text, re.M), stage
-        assert re.search(rf"^== {stage} END \(\d+s\) ==$", text, re.M), stage
+        assert re.search(rf"^== {stage} END \(\d+s\) {ISO_TIME} ==$", text, re.M), stage
     assert "== Image pull SKIPPED (native runtime) ==" in text
     assert len(set(m.group(2) for m in STEP_RE.finditer(text))) == 15
     assert "Status: SUCCESS (exit 0)" in text
@@ -198,7 +199,7 @@ def test_stage_timeout_stops_training_with_a_hint(slurm_env):
     assert result.returncode == 0, result.stderr
     job_id = job_id_of(result)
     state, text = wait_for_end(slurm_env, job_id, log_of(result), timeout=180)
-    assert re.search(r"^== Training TIMEOUT \(\d+s/3s\) ==$", text, re.M)
+    assert re.search(rf"^== Training TIMEOUT \(\d+s/3s\) {ISO_TIME} ==$", text, re.M)
     assert 'STAGE_TIMEOUTS="train:<seconds>"' in text
     assert re.search(r"Status: FAILED \(exit 124\) — Training TIMEOUT", text)
     assert live_processes_of(job_id, TRAINING_CMDLINE) == []

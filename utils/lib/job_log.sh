@@ -65,8 +65,10 @@ job_status_word() {
 # ran out); returns 1 when it did not. A reached target loss is a success, not an early stop.
 job_stopped_early() {
   local line
-  # Not from a `set -x` trace line ("+ ...", "0: + ..."): under _DEBUG this very grep is traced into the log.
-  line=$(grep -v -E '^([0-9]+: )?\++ ' "$1" 2>/dev/null | grep -m1 -o 'Training stopped: .*') || return 1
+  # Not from a `set -x` trace line ("+ ...", "0: + ..."): under _DEBUG this very search is traced into the log.
+  # One awk, no pipe: under pipefail a `grep | grep -m1` fails when the first grep is cut off (SIGPIPE).
+  line=$(awk '!/^([0-9]+: )?[+]+ / && /Training stopped: / { sub(/.*Training stopped: /, "Training stopped: "); print; exit }' \
+    "$1" 2>/dev/null) && [[ -n $line ]] || return 1
   [[ $line != *"Target loss"* ]] || return 1
   line=${line#Training stopped: }
   echo "${line%.}"
