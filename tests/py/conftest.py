@@ -93,3 +93,22 @@ def prometheus_installed():
     )
     assert proc.returncode == 0, proc.stderr
     assert shutil.which("promtool") or os.access("/usr/bin/promtool", os.X_OK), "promtool is not installed"
+
+
+# Root with every capability dropped: file permissions then hold for it as for any other user (a mode-000 log
+# or job dir is as closed to it). The one way the tests run jobkit "as someone who may not read this".
+NEEDS_ROOT = pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("setpriv"), reason="needs root and setpriv")
+
+
+def jobkit_without_root_powers(*args: str) -> subprocess.CompletedProcess:
+    """`jobkit ARGS` (this venv's) as root with no capabilities."""
+    import sys
+
+    jobkit = str(Path(sys.executable).parent / "jobkit")
+    return subprocess.run(
+        ["setpriv", "--bounding-set=-all", "--inh-caps=-all", "--", jobkit, *args],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )

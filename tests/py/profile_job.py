@@ -81,18 +81,10 @@ def fake_job(workspace: Path, name: str = "local_20260101_000000_abcd-JAX-tiny")
 
 
 def without_root_powers(*args: str):
-    """`jobkit ARGS` as root with no capabilities: file permissions then hold for it as for any user (the
-    same idiom as test_analyze.py)."""
-    import os
-    import sys
+    """`jobkit ARGS` as root with no capabilities (conftest.jobkit_without_root_powers)."""
+    from conftest import jobkit_without_root_powers
 
-    return subprocess.run(
-        ["setpriv", "--bounding-set=-all", "--inh-caps=-all", "--", str(Path(sys.executable).parent / "jobkit"), *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ},
-    )
+    return jobkit_without_root_powers(*args)
 
 
 def someone_elses(job_dir: Path) -> None:

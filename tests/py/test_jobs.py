@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from conftest import FIXTURES, JOBKIT_LOGS
+from conftest import FIXTURES, JOBKIT_LOGS, NEEDS_ROOT, jobkit_without_root_powers
 
 from jobkit.cli import main
 
@@ -139,24 +139,11 @@ def test_a_file_given_as_the_workspace_is_called_a_file(workspace):
         )
 
 
-def _without_root_powers(*args):
-    """jobkit as root with no capabilities: a mode-000 file is then as unreadable to it as to any user."""
-    return subprocess.run(
-        ["setpriv", "--bounding-set=-all", "--inh-caps=-all", "--", str(Path(sys.executable).parent / "jobkit"), *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-
-
-needs_root = pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("setpriv"), reason="needs root and setpriv")
-
-
-@needs_root
+@NEEDS_ROOT
 def test_an_unreadable_log_is_one_row_and_the_others_are_listed(workspace):
     bad = workspace / "31-JAX-tiny-pre1.log"
     bad.chmod(0)
-    result = _without_root_powers("jobs", "--workspace", str(workspace))
+    result = jobkit_without_root_powers("jobs", "--workspace", str(workspace))
     assert result.returncode == 0, result.stderr
     assert result.stderr == f"jobkit jobs: cannot read {bad}: Permission denied; its row says unreadable\n"
     rows = [line.split() for line in result.stdout.splitlines()[1:]]
@@ -167,12 +154,12 @@ def test_an_unreadable_log_is_one_row_and_the_others_are_listed(workspace):
     ]
 
 
-@needs_root
+@NEEDS_ROOT
 @pytest.mark.parametrize("follow", [[], ["--no-follow"]])
 def test_tail_of_an_unreadable_log_is_one_line(workspace, follow):
     bad = workspace / "31-JAX-tiny-pre1.log"
     bad.chmod(0)
-    result = _without_root_powers("tail", "31", "--workspace", str(workspace), *follow)
+    result = jobkit_without_root_powers("tail", "31", "--workspace", str(workspace), *follow)
     assert result.returncode == 1 and result.stdout == ""
     assert result.stderr == f"jobkit tail: cannot read {bad}: Permission denied; check its permissions\n"
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from conftest import FIXTURES, JOBKIT_LOGS
+from conftest import FIXTURES, JOBKIT_LOGS, NEEDS_ROOT, jobkit_without_root_powers
 
 from jobkit.cli import main
 
@@ -267,26 +267,13 @@ def test_all_tags_finished_jobs_and_reports_each_skip(ws):
     assert run("tag", "--all", "--workspace", str(ws)).output.count("already tagged") == 3, "idempotent"
 
 
-def _without_root_powers(*args):
-    """jobkit as root with no capabilities: a mode-000 file or dir is then as closed to it as to any user."""
-    return subprocess.run(
-        ["setpriv", "--bounding-set=-all", "--inh-caps=-all", "--", str(Path(sys.executable).parent / "jobkit"), *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-
-
-needs_root = pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("setpriv"), reason="needs root and setpriv")
-
-
-@needs_root
+@NEEDS_ROOT
 @pytest.mark.parametrize("dry_run", [[], ["--dry-run"]])
 def test_a_job_dir_it_may_not_change_is_refused_before_anything_is_renamed(ws, dry_run):
     (ws / PRE1).chmod(0)  # its `log` link could not be repointed: renaming the log would leave it dangling
     try:
         before = sorted(os.listdir(ws))
-        result = _without_root_powers("tag", "latest", "--workspace", str(ws), *dry_run)
+        result = jobkit_without_root_powers("tag", "latest", "--workspace", str(ws), *dry_run)
         assert result.returncode == 1 and result.stdout == ""
         assert result.stderr == (
             f"jobkit tag: {PRE1}: cannot read and write {ws / PRE1} (permission denied), so its renames and links "
@@ -298,12 +285,12 @@ def test_a_job_dir_it_may_not_change_is_refused_before_anything_is_renamed(ws, d
     assert os.readlink(ws / PRE1 / "log") == f"../{PRE1}.log"
 
 
-@needs_root
+@NEEDS_ROOT
 def test_a_subdir_it_may_not_read_is_refused_before_anything_is_renamed(ws):
     (ws / PRE1 / "tensorboard").chmod(0)  # a link in it would not be seen, so not repointed
     try:
         before = sorted(os.listdir(ws))
-        result = _without_root_powers("tag", "latest", "--workspace", str(ws), "--dry-run")
+        result = jobkit_without_root_powers("tag", "latest", "--workspace", str(ws), "--dry-run")
         assert result.returncode == 1
         assert result.stderr == (
             f"jobkit tag: {PRE1}: cannot read {ws / PRE1 / 'tensorboard'} (Permission denied), so the links in it "
@@ -314,12 +301,12 @@ def test_a_subdir_it_may_not_read_is_refused_before_anything_is_renamed(ws):
         (ws / PRE1 / "tensorboard").chmod(0o755)
 
 
-@needs_root
+@NEEDS_ROOT
 def test_all_skips_an_unreadable_log_and_tags_the_others(ws):
     add_job(ws, "local_20261122_054800_ab12-JAX-tiny", JOBKIT_LOGS / "launch-tiny-20steps-mfu.log")
     bad = ws / "local_20261122_054800_ab12-JAX-tiny.log"
     bad.chmod(0)
-    result = _without_root_powers("tag", "--all", "--workspace", str(ws))
+    result = jobkit_without_root_powers("tag", "--all", "--workspace", str(ws))
     assert result.returncode == 0, result.stderr
     assert result.stderr == ""
     assert (
