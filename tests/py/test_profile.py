@@ -64,7 +64,7 @@ def test_categories_add_up_and_the_program_has_matmuls_and_collectives(summary):
     assert summary["modules_ms"]["jit_train_step"] > 0.5 * summary["op_time_ms"]
 
 
-def test_top_ops_exist_in_the_jobs_own_hlo_dump(summary, profiled_job):  # noqa: F811
+def test_top_ops_exist_in_the_jobs_own_hlo_dump_and_fit_in_their_categories(summary, profiled_job):  # noqa: F811
     (dump,) = (profiled_job.job_dir / "xla_dump").glob("*after_optimizations.txt")
     module = hlo.parse_module(dump.read_text())
     names = {i.name: i for instrs in module.computations.values() for i in instrs}
@@ -75,8 +75,10 @@ def test_top_ops_exist_in_the_jobs_own_hlo_dump(summary, profiled_job):  # noqa:
         assert op["category"] == profile.categorize(module, op["op"])
         # each op ran once per captured step on each of the two devices (or once per layer in the scan)
         assert op["occurrences"] % PROFILER_STEPS == 0
-    kinds = {o["category"] for o in top}
-    assert "collectives" in kinds and "matmul/convolution" in kinds
+    # which kinds make the top 15 depends on the machine's load; that each category holds at least its top ops does not
+    for cat in {o["category"] for o in top}:
+        in_top = sum(o["ms"] for o in top if o["category"] == cat)
+        assert summary["categories"][cat]["ms"] >= in_top * (1 - 1e-9), cat
 
 
 def test_table_output(profiled_job):  # noqa: F811
