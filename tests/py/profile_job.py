@@ -80,13 +80,6 @@ def fake_job(workspace: Path, name: str = "local_20260101_000000_abcd-JAX-tiny")
     return job_dir
 
 
-def without_root_powers(*args: str):
-    """`jobkit ARGS` as root with no capabilities (conftest.jobkit_without_root_powers)."""
-    from conftest import jobkit_without_root_powers
-
-    return jobkit_without_root_powers(*args)
-
-
 def someone_elses(job_dir: Path) -> None:
     """JOB_DIR as a teammate's private job dir: owned by nobody, mode 700."""
     import os

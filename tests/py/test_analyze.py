@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from conftest import REPO
+from conftest import NEEDS_ROOT, REPO, jobkit_without_root_powers
 from launch_env import launcher_env
 
 from jobkit.analysis import compare
@@ -282,25 +282,7 @@ def test_an_unknown_job_is_one_line_and_exit_1(plain_job):
     assert result.output.strip() == f"jobkit analyze: no job matching 'no-such-job' in {ws}; see 'jobkit jobs'"
 
 
-def _without_root_powers(*args):
-    """jobkit as root with no capabilities: file permissions then hold for it as for any user (the job dir
-    copy is given to another owner), while the venv's Python under root's home still loads."""
-    return subprocess.run(
-        [
-            "setpriv",
-            "--bounding-set=-all",
-            "--inh-caps=-all",
-            "--",
-            str(Path(os.sys.executable).parent / "jobkit"),
-            *args,
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-
-
-@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("setpriv"), reason="needs root and setpriv")
+@NEEDS_ROOT
 def test_a_job_dir_without_permission_is_refused_and_left_alone(plain_job, tmp_path):
     _, log = plain_job
     copy = _copy_job(log, tmp_path / "ws")
@@ -310,7 +292,7 @@ def test_a_job_dir_without_permission_is_refused_and_left_alone(plain_job, tmp_p
         if not p.is_symlink():  # a teammate's job dir shared on purpose (JOB_UMASK=022): readable, not writable
             p.chmod(p.stat().st_mode | (0o055 if p.is_dir() else 0o044))
     before = tree(job_dir)
-    result = _without_root_powers("analyze", "latest", "--workspace", str(tmp_path / "ws"))
+    result = jobkit_without_root_powers("analyze", "latest", "--workspace", str(tmp_path / "ws"))
     assert result.returncode == 1, result.stdout + result.stderr
     assert result.stderr.strip() == (
         f"jobkit analyze: cannot create {job_dir}/analysis: permission denied; pass --output DIR to write it elsewhere"
@@ -318,7 +300,7 @@ def test_a_job_dir_without_permission_is_refused_and_left_alone(plain_job, tmp_p
     assert tree(job_dir) == before and not (job_dir / "analysis").exists()
     os.chown(copy, 65534, 65534)
     copy.chmod(0o600)  # and a log it may not read
-    result = _without_root_powers(
+    result = jobkit_without_root_powers(
         "analyze", "latest", "--workspace", str(tmp_path / "ws"), "--output", str(tmp_path / "out")
     )
     assert result.returncode == 1

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from browser import BrowserError, artifact_path, load, open_tab
 from click.testing import CliRunner
-from conftest import FIXTURES, JOBKIT_LOGS
+from conftest import FIXTURES, JOBKIT_LOGS, NEEDS_ROOT, jobkit_without_root_powers
 
 from jobkit.analysis import dashboard, dashboard_serve
 from jobkit.analysis.dashboard import COLUMNS
@@ -222,17 +222,13 @@ def test_unreadable_log_is_a_row_the_rest_render(workspace, monkeypatch, request
     assert rows[IDS[0]]["status"] == "SUCCESS" and page.errors == []
 
 
-@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("setpriv"), reason="needs root and setpriv")
+@NEEDS_ROOT
 def test_a_job_dir_it_may_not_read_is_marked_on_its_row_and_the_rest_render(workspace):
     stem = JOBS[0][0].removesuffix(".log")
     add_analysis(workspace, stem, {"throughput": {"tgs": {"mean": 1.0}}})
     os.chown(workspace / stem, 65534, 65534)  # a teammate's job dir, mode 700: its log is readable, it is not
     (workspace / stem).chmod(0o700)
-    result = subprocess.run(
-        ["setpriv", "--bounding-set=-all", "--inh-caps=-all", "--", str(Path(sys.executable).parent / "jobkit"),
-         "dashboard", "--workspace", str(workspace)],
-        capture_output=True, text=True, timeout=120, check=False,
-    )  # fmt: skip
+    result = jobkit_without_root_powers("dashboard", "--workspace", str(workspace))
     assert result.returncode == 0, result.stderr
     page = workspace / ".dashboard" / "index.html"
     assert result.stdout == f"5 jobs (1 job dir(s) unreadable): {page}\n" and "Traceback" not in result.stderr

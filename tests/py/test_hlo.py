@@ -11,7 +11,8 @@ import subprocess
 
 import pytest
 from click.testing import CliRunner
-from profile_job import fake_job, profiled_job, someone_elses, without_root_powers  # noqa: F401 - a fixture
+from conftest import NEEDS_ROOT, jobkit_without_root_powers
+from profile_job import fake_job, profiled_job, someone_elses  # noqa: F401 - a fixture
 
 from jobkit.analysis import hlo
 from jobkit.cli import main
@@ -186,18 +187,18 @@ def test_missing_job_and_log_only_job(tmp_path):
     _bad(["no-such-job", "--workspace", str(tmp_path / "ws")], "no job matching")
 
 
-@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("setpriv"), reason="needs root and setpriv")
+@NEEDS_ROOT
 def test_a_job_dir_it_may_not_read_is_one_line_not_a_traceback(tmp_path):
     job_dir = fake_job(tmp_path / "ws")
     (job_dir / "xla_dump").mkdir()
     someone_elses(job_dir)
-    result = without_root_powers("hlo", "latest", "--workspace", str(tmp_path / "ws"))
+    result = jobkit_without_root_powers("hlo", "latest", "--workspace", str(tmp_path / "ws"))
     assert result.returncode == 1 and result.stdout == ""
     assert result.stderr == f"jobkit hlo: cannot read {job_dir}: permission denied; ask its owner for read access\n"
     os.chown(job_dir, 0, 0)  # the job dir readable, its dump not
     os.chown(job_dir / "xla_dump", 65534, 65534)
     (job_dir / "xla_dump").chmod(0o700)
-    result = without_root_powers("hlo", "latest", "--workspace", str(tmp_path / "ws"))
+    result = jobkit_without_root_powers("hlo", "latest", "--workspace", str(tmp_path / "ws"))
     assert result.returncode == 1
     assert (
         result.stderr

@@ -12,13 +12,13 @@ import shutil
 
 import pytest
 from click.testing import CliRunner
+from conftest import NEEDS_ROOT, jobkit_without_root_powers
 from profile_job import (  # noqa: F401 - profiled_job is a fixture
     PROFILER_STEPS,
     SKIP_STEPS,
     fake_job,
     profiled_job,
     someone_elses,
-    without_root_powers,
 )
 
 from jobkit.analysis import hlo, profile
@@ -254,12 +254,12 @@ def test_hlo_stats_rows_are_read_by_column_id_and_idle_is_dropped():
     assert [profile.categorize(None, name, cat) for _, name, cat, _, _ in got] == ["matmul/convolution", "collectives"]
 
 
-@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("setpriv"), reason="needs root and setpriv")
+@NEEDS_ROOT
 def test_a_job_dir_it_may_not_read_says_permission_denied_not_rerun(tmp_path):
     job_dir = fake_job(tmp_path / "ws")
     (job_dir / "tiny" / "tensorboard" / "plugins" / "profile" / "s1").mkdir(parents=True)
     someone_elses(job_dir)
-    result = without_root_powers("profile", "latest", "--workspace", str(tmp_path / "ws"))
+    result = jobkit_without_root_powers("profile", "latest", "--workspace", str(tmp_path / "ws"))
     assert result.returncode == 1 and result.stdout == ""
     assert result.stderr == f"jobkit profile: cannot read {job_dir}: permission denied; ask its owner for read access\n"
 
