@@ -147,6 +147,19 @@ in_venv = sys.prefix != sys.base_prefix
 sys.exit(0 if not in_venv and (u.find_spec("MaxText") or u.find_spec("maxtext")) else 1)' 2>/dev/null
 }
 
+# Prints where the venv's jobkit was installed editable from (PEP 610's direct_url.json), or nothing.
+_venv_jobkit_source() {
+  local record url
+  for record in "$_VENV_DIR"/lib/python3*/site-packages/jobkit-*.dist-info/direct_url.json; do
+    [[ -f $record ]] || continue
+    url=$(head -c 4096 "$record")
+    [[ $url == *'"url":"file://'* ]] || continue
+    url=${url#*\"url\":\"file://}
+    printf '%s\n' "${url%%\"*}"
+    return 0
+  done
+}
+
 main() {
   local set=full check=0
   case "${1:-}" in
@@ -173,6 +186,13 @@ main() {
   digest=$(_digest "$python")
   if _up_to_date "$set" "$digest"; then exit 0; fi
   ((check)) && exit 1
+  # A venv serves the checkout whose py/ it holds editable: installing this one's into it would move every
+  # user of that venv's jobkit onto this checkout's code without a word.
+  local source
+  source=$(_venv_jobkit_source)
+  if [[ -n $source && $(realpath -m "$source") != "$(realpath -m "$_REPO_DIR/py")" ]]; then
+    _die "$_VENV_DIR holds jobkit from another checkout ($source); run that checkout's utils/setup_env.sh, or set VENV_DIR to a venv of this checkout's own"
+  fi
 
   mkdir -p "$(dirname "$_VENV_DIR")"
   # Two launches on a fresh checkout must not install into the same venv at once.

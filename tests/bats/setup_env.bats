@@ -99,3 +99,16 @@ load test_helper
   [ "$status" -eq 0 ]
   [ -z "$output" ]
 }
+
+@test "a venv holding another checkout's jobkit is not reinstalled from this one" {
+  local venv=$BATS_TEST_TMPDIR/their-venv site
+  site=$venv/lib/python3.12/site-packages/jobkit-0.2.0.dist-info
+  mkdir -p "$venv/bin" "$site"
+  ln -s "$(command -v python3.12 || command -v python3)" "$venv/bin/python"
+  printf '{"url":"file:///elsewhere/checkout/py","dir_info":{"editable":true}}' >"$site/direct_url.json"
+  VENV_DIR=$venv run "$REPO_DIR/utils/setup_env.sh"
+  [ "$status" -ne 0 ]
+  [[ $output == *"holds jobkit from another checkout (/elsewhere/checkout/py); run that checkout's utils/setup_env.sh, or set VENV_DIR"* ]]
+  [ "$(find "$venv" | wc -l)" -eq 8 ]   # untouched: no stamp, nothing installed
+  [ ! -e "$venv.lock" ]
+}
