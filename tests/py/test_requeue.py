@@ -282,6 +282,21 @@ def test_submit_argv_reads_back_exactly_what_submit_sh_was_given(tmp_path):
     saved = (tmp_path / "submit_argv").read_text()
     assert requeue.read_submit_argv(saved) == argv
     assert requeue.split_submit_argv(requeue.read_submit_argv(saved))[2] == argv[5:]
+    assert not list((tmp_path / "ws").glob("7-*/submit_env.json"))  # MAX_RETRIES unset: no requeue, nothing kept
+    # With retries, the job dir keeps what a requeue outside the job needs (the monitor's), for the owner only.
+    again = subprocess.run(
+        [str(REPO / "submit.sh"), *argv],
+        env={**env, "MAX_RETRIES": "1", "JOB_WORKSPACE": str(tmp_path / "ws2")},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert again.returncode == 0, again.stderr
+    (kept,) = (tmp_path / "ws2").glob("7-*/submit_env.json")
+    assert kept.stat().st_mode & 0o777 == 0o600
+    got = requeue.job_env(kept.parent, {})
+    assert requeue.read_submit_argv(got["SUBMIT_ARGV"]) == argv
+    assert (Path(got["MAXTEXT_LAUNCHER_DIR"]) / "submit.sh").is_file() and got["ARTIFACT_SHA256"]
 
 
 def test_submit_argv_of_jobs_submitted_before_json_is_still_read():
