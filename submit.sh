@@ -296,9 +296,16 @@ main() {
   ln -s "../.artifacts/$(basename "$(dirname "$artifact")")/${artifact##*/}" "$job_dir/artifact"
   ln -s "../$job_id-$JOB_NAME.log" "$job_dir/log"
   [[ -z ${REQUEUE_PREVIOUS_DIR:-} ]] || ln -s "../$REQUEUE_PREVIOUS_DIR" "$job_dir/previous"
+  # What a requeue needs when the batch script cannot run it (its host died: `jobkit monitor --requeue`; a
+  # requeue by hand): the snapshot and these arguments, for the owner only (the arguments may hold _env_ values).
+  if [[ ${MAX_RETRIES:-0} == *[1-9]* ]] &&
+    ! (umask 077 && launch_args_json "MAXTEXT_LAUNCHER_DIR=$artifact" "ARTIFACT_SHA256=$artifact_sha" \
+      "SUBMIT_ARGV=$submit_argv" "JOB_WORKSPACE=$JOB_WORKSPACE" >"$job_dir/submit_env.json"); then
+    _say "cannot write $job_dir/submit_env.json: only the batch script can requeue this job"
+  fi
   if ! _check_early_death "$job_id" "$log"; then
     echo "$_PROG: job $job_id died before writing its log (state $(squeue -h -t all -j "$job_id" -o %T 2>/dev/null)); see 'scontrol show job $job_id' and the slurmd log of its node" >&2
-    rm -f "$job_dir/artifact" "$job_dir/log" "$job_dir/previous"; rmdir "$job_dir" 2>/dev/null || true
+    rm -f "$job_dir/artifact" "$job_dir/log" "$job_dir/previous" "$job_dir/submit_env.json"; rmdir "$job_dir" 2>/dev/null || true
     [[ -n ${REQUEUE_ARTIFACT:-} ]] || remove_artifact "$artifact"
     exit 1
   fi

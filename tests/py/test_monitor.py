@@ -427,3 +427,86 @@ def test_stall_and_tgs_drop_must_be_finite(tmp_path, option, value):
     assert result.exit_code == 2, result.output
     assert f"Invalid value for '{option}'" in result.output
     assert list(tmp_path.iterdir()) == []
+
+
+def lost_job(ws: Path, tmp_path: Path, retries: int = 1, answer: str = "", rc: int = 0) -> Path:
+    """Job 500, its log cut off with no JOB SUMMARY (its batch host died), and what submit.sh saved for a
+    requeue: a snapshot whose submit.sh records its arguments and environment and answers ANSWER."""
+    write_log(ws, "500", steps=range(3), retries=retries)
+    snap = tmp_path / "snap"
+    snap.mkdir()
+    answer = answer or f"Submitted job 501 (tiny)\\n  job dir:  {ws / '501-tiny'}\\n"
+    (snap / "submit.sh").write_text(
+        f'#!/bin/bash\nprintf "%s\\n" "$@" >{tmp_path}/argv\nenv >{tmp_path}/child_env\nprintf "%b" "{answer}"\nexit {rc}\n'
+    )
+    (snap / "submit.sh").chmod(0o755)
+    job_dir = ws / "500-tiny"
+    job_dir.mkdir()
+    saved = [f"MAXTEXT_LAUNCHER_DIR={snap}", "SUBMIT_ARGV=" + json.dumps(["tiny", "-N", "2", "--", "steps=9"])]
+    (job_dir / "submit_env.json").write_text(json.dumps(saved))
+    (job_dir / "submit_env.json").chmod(0o600)
+    return job_dir
+
+
+def test_requeue_resubmits_a_job_whose_batch_host_died_once_excluding_that_host(env, tmp_path, monkeypatch):
+    ws, slurm = env
+    job_dir = lost_job(ws, tmp_path)
+    monkeypatch.setenv("MAX_RETRIES", "0")  # the monitor's own environment: the job's header decides
+    slurm.set("501|PENDING\n", "500|NODE_FAIL\n")
+    events = poll("--requeue", "500")
+    why = "node-fail: its batch host node1 died (Slurm: NODE_FAIL, no JOB SUMMARY)"
+    assert ("500", "requeued", f"REQUEUED as job 501 (attempt 2 of 2): {why}; excluding node1") in events
+    assert ("501", "state", "PENDING") in events  # followed into its next attempt
+    argv = (tmp_path / "argv").read_text().splitlines()
+    assert argv == ["tiny", "-N", "2", "--exclude=node1", "--", "steps=9"]
+    child = dict(line.split("=", 1) for line in (tmp_path / "child_env").read_text().splitlines() if "=" in line)
+    assert child["ATTEMPT"] == "2" and child["RETRY_OF"] == "500" and child["REQUEUE_EXCLUDE"] == "node1"
+    assert json.loads((job_dir / "requeue.json").read_text())["job_id"] == "501"
+    # At most once: a second monitor (another state file) finds the batch script's claim and submits nothing.
+    (tmp_path / "argv").unlink()
+    again = poll("--requeue", "--state", str(tmp_path / "other.json"), "500")
+    assert (
+        "500",
+        "not-requeued",
+        f"already requeued as job 501, excluding node1 (see {job_dir / 'requeue.json'}); a job is requeued at most once",
+    ) in again
+    assert not (tmp_path / "argv").exists()
+
+
+@pytest.mark.parametrize(
+    ("opt_in", "retries", "state", "kind", "text"),
+    [
+        (False, 1, "NODE_FAIL", None, None),
+        (True, 0, "NODE_FAIL", "not-requeued", "retries used up (0 allowed, this was attempt 1)"),
+        (
+            True,
+            1,
+            "CANCELLED",
+            "not-requeued",
+            "cancelled without a JOB SUMMARY (not retried: only FAILED or NODE_FAIL is)",
+        ),
+    ],
+    ids=["not-asked", "no-retries", "cancelled"],
+)
+def test_requeue_of_a_lost_job_only_when_asked_and_by_the_rules(env, tmp_path, opt_in, retries, state, kind, text):
+    ws, slurm = env
+    lost_job(ws, tmp_path, retries=retries)
+    slurm.set("", f"500|{state}\n")
+    events = poll(*(["--requeue"] if opt_in else []), "500")
+    assert ("500", "failure", f"(tiny 2N) {state.lower()} (the log has no JOB SUMMARY)") in events
+    said = [(k, t) for _, k, t in events if "requeue" in k]
+    assert said == ([] if kind is None else [(kind, said[0][1])]) and (text is None or text in said[0][1])
+    assert not (tmp_path / "argv").exists()
+
+
+def test_a_failed_monitor_requeue_is_an_event_and_blocks_no_later_one(env, tmp_path):
+    ws, slurm = env
+    job_dir = lost_job(ws, tmp_path, answer="submit.sh: sbatch refused the job: bad partition\\n", rc=1)
+    slurm.set("", "500|FAILED\n")
+    events = poll("--requeue", "500")
+    assert (
+        "500",
+        "requeue-failed",
+        "submit.sh failed (exit 1): submit.sh: sbatch refused the job: bad partition",
+    ) in events
+    assert not (job_dir / "requeue.json").exists() and (job_dir / "requeue.failed.json").exists()

@@ -282,6 +282,21 @@ def test_submit_argv_reads_back_exactly_what_submit_sh_was_given(tmp_path):
     saved = (tmp_path / "submit_argv").read_text()
     assert requeue.read_submit_argv(saved) == argv
     assert requeue.split_submit_argv(requeue.read_submit_argv(saved))[2] == argv[5:]
+    assert not list((tmp_path / "ws").glob("7-*/submit_env.json"))  # MAX_RETRIES unset: no requeue, nothing kept
+    # With retries, the job dir keeps what a requeue outside the job needs (the monitor's), for the owner only.
+    again = subprocess.run(
+        [str(REPO / "submit.sh"), *argv],
+        env={**env, "MAX_RETRIES": "1", "JOB_WORKSPACE": str(tmp_path / "ws2")},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert again.returncode == 0, again.stderr
+    (kept,) = (tmp_path / "ws2").glob("7-*/submit_env.json")
+    assert kept.stat().st_mode & 0o777 == 0o600
+    got = requeue.job_env(kept.parent, {})
+    assert requeue.read_submit_argv(got["SUBMIT_ARGV"]) == argv
+    assert (Path(got["MAXTEXT_LAUNCHER_DIR"]) / "submit.sh").is_file() and got["ARTIFACT_SHA256"]
 
 
 def test_submit_argv_of_jobs_submitted_before_json_is_still_read():
@@ -308,14 +323,71 @@ def test_a_failed_submission_is_one_line_and_recorded(tmp_path, job_dir):
         result.output.strip()
         == "== REQUEUE FAILED: submit.sh failed (exit 1): submit.sh: sbatch refused the job: bad partition =="
     )
-    assert "bad partition" in json.loads((tmp_path / "500-tiny" / "requeue.json").read_text())["error"]
+    # Nothing reached Slurm: the claim is given back (renamed, with what failed), so it blocks no later requeue.
+    assert not (tmp_path / "500-tiny" / "requeue.json").exists()
+    assert "bad partition" in json.loads((tmp_path / "500-tiny" / "requeue.failed.json").read_text())["error"]
+
+
+def test_a_requeue_that_submitted_nothing_does_not_block_a_later_one_but_a_submitted_one_does(tmp_path, job_dir):
+    """rq7: a failed requeue used to leave its claim behind, and every later one said 'already requeued'."""
+    log = tmp_path / "500-tiny.log"
+    log.write_text(job_log(HANG_LINE, "HANG", 143))
+    bad = fake_snapshot(tmp_path, "submit.sh: sbatch refused the job: bad partition\\n", rc=1)
+    env = {"MAX_RETRIES": "2", "MAXTEXT_LAUNCHER_DIR": str(bad), "SUBMIT_ARGV": "tiny -N 2", "PATH": "/usr/bin:/bin"}
+    assert CliRunner().invoke(main, ["requeue", str(log)], env=env).exit_code == 1
+    dry = CliRunner().invoke(main, ["requeue", "--dry-run", str(log)], env=env)
+    assert dry.exit_code == 0, dry.output
+    assert dry.output.startswith("== would requeue: hang: training as attempt 2 of 3, excluding no hosts (again: ")
+    assert "bad partition" in dry.output and "requeue.failed.json" in dry.output
+    (tmp_path / "ok").mkdir()
+    good = fake_snapshot(tmp_path / "ok", f"Submitted job 501 (tiny)\\n  job dir:  {tmp_path / '501-tiny'}\\n")
+    done = CliRunner().invoke(main, ["requeue", str(log)], env={**env, "MAXTEXT_LAUNCHER_DIR": str(good)})
+    assert done.exit_code == 0 and done.output.startswith("== REQUEUED as job 501 (attempt 2 of 3)"), done.output
+    # At most once still holds for the one that was submitted.
+    again = CliRunner().invoke(main, ["requeue", str(log)], env={**env, "MAXTEXT_LAUNCHER_DIR": str(good)})
+    assert again.exit_code == 3 and "already requeued as job 501" in again.output
+
+
+def test_a_submit_that_may_have_reached_slurm_keeps_its_claim(tmp_path, job_dir):
+    log = tmp_path / "500-tiny.log"
+    log.write_text(job_log(HANG_LINE, "HANG", 143))
+    # sbatch took the job; submit.sh failed after (its answer could not be read): another submit could double it.
+    snap = fake_snapshot(tmp_path, "submit.sh: could not read a job id from sbatch answer: x\\n", rc=1)
+    env = {"MAX_RETRIES": "2", "MAXTEXT_LAUNCHER_DIR": str(snap), "SUBMIT_ARGV": "tiny -N 2", "PATH": "/usr/bin:/bin"}
+    assert CliRunner().invoke(main, ["requeue", str(log)], env=env).exit_code == 1
+    (tmp_path / "argv").unlink()
+    later = CliRunner().invoke(main, ["requeue", str(log)], env=env)
+    assert later.exit_code == 3 and "a requeue was claimed and may have reached Slurm" in later.output
+    assert "RETRY_OF=500, move " in later.output and not (tmp_path / "argv").exists()
+
+
+def test_checks_that_need_no_claim_come_first_and_leave_nothing(tmp_path, job_dir):
+    """rq6/rq7: a requeue refused for its snapshot or its arguments claims nothing; the fixed one runs."""
+    log = tmp_path / "500-tiny.log"
+    log.write_text(job_log(HANG_LINE, "HANG", 143))
+    for env in ({"MAX_RETRIES": "2"}, {"MAX_RETRIES": "2", "MAXTEXT_LAUNCHER_DIR": str(tmp_path), "SUBMIT_ARGV": "x"}):
+        result = CliRunner().invoke(main, ["requeue", str(log)], env=env)
+        assert result.exit_code == 1 and result.output.startswith("== REQUEUE FAILED: no snapshot with submit.sh")
+        dry = CliRunner().invoke(main, ["requeue", "--dry-run", str(log)], env=env)
+        assert dry.exit_code == 1
+        assert (
+            dry.output.startswith("== REQUEUE WOULD FAIL: no snapshot with submit.sh")
+            and "(decided: hang" in dry.output
+        )
+    assert not [p.name for p in job_dir.iterdir() if p.name.startswith("requeue")]  # no claim was taken
+    snap = fake_snapshot(tmp_path, f"Submitted job 501 (tiny)\\n  job dir:  {tmp_path / '501-tiny'}\\n")
+    env = {"MAX_RETRIES": "2", "MAXTEXT_LAUNCHER_DIR": str(snap), "SUBMIT_ARGV": "tiny -N 2", "PATH": "/usr/bin:/bin"}
+    assert CliRunner().invoke(main, ["requeue", str(log)], env=env).exit_code == 0
 
 
 def test_dry_run_and_not_retried_exit_codes(tmp_path, job_dir):
     log = tmp_path / "500-tiny.log"
     log.write_text(job_log("0: == HANG detected (phase training, last step 4, 9 s since) ==\n", "HANG", 143))
-    dry = CliRunner().invoke(main, ["requeue", "--dry-run", str(log)], env={"MAX_RETRIES": "1"})
-    assert dry.exit_code == 0 and dry.output.strip() == "== would requeue: hang: training =="
+    snap = fake_snapshot(tmp_path, "")
+    env = {"MAX_RETRIES": "1", "MAXTEXT_LAUNCHER_DIR": str(snap), "SUBMIT_ARGV": "tiny -N 2"}
+    dry = CliRunner().invoke(main, ["requeue", "--dry-run", str(log)], env=env)
+    assert dry.exit_code == 0
+    assert dry.output.strip() == "== would requeue: hang: training as attempt 2 of 2, excluding no hosts =="
     assert not (tmp_path / "500-tiny" / "requeue.json").exists()
     off = CliRunner().invoke(main, ["requeue", str(log)], env={"MAX_RETRIES": "0"})
     assert off.exit_code == 3
@@ -367,7 +439,8 @@ def test_dry_run_on_a_job_already_requeued_names_the_next_job_the_rule_and_the_e
     assert claim.read_bytes() == before  # --dry-run writes nothing
     claim.write_text(json.dumps({"decision": {"exclude": []}, "error": "submit.sh failed (exit 1): no Slurm"}))
     dry = CliRunner().invoke(main, ["requeue", "--dry-run", str(log)], env={"MAX_RETRIES": "2"})
-    assert "a requeue was claimed and failed (submit.sh failed (exit 1): no Slurm), excluding no hosts" in dry.output
+    assert "a requeue was claimed and may have reached Slurm (submit.sh failed (exit 1): no Slurm)" in dry.output
+    assert f"move {claim} away to requeue again, excluding no hosts" in dry.output
     claim.write_bytes(b"\x00\xff garbage")
     dry = CliRunner().invoke(main, ["requeue", "--dry-run", str(log)], env={"MAX_RETRIES": "2"})
     assert dry.exit_code == 3 and len(dry.output.splitlines()) == 1

@@ -12,10 +12,16 @@ and through its log and job dir on the shared filesystem, and emits what is new:
     verdict      the end-of-run line (`... — PASS` / `— FAIL (class)` / `— STOPPED early`)
     failure      the failure class, its evidence line and the host it blames (as `jobkit why`)
     requeued     the job was submitted again (its `== REQUEUED as job N` line); the new job is followed too
+    requeue-failed / not-requeued   with --requeue, for a job whose batch host died (see below)
 
 Which jobs: the given ids (or names), a sweep's jobs (--sweep), else all of the user's jobs in the queue
 plus the workspace's logs written since the monitor first started. Events go to stdout, one line each,
 and to the notification targets (`jobkit notify`'s) at --level all or failures.
+
+With --requeue (opt-in), a job that Slurm ended as NODE_FAIL or FAILED with no JOB SUMMARY in its log (its
+batch host died, so its batch script could not requeue it) is requeued by the monitor with `jobkit requeue`'s
+own rules (requeue.requeue(lost=STATE)): MAX_RETRIES and the attempt from the log, the same at-most-once
+claim, and the batch host added to the exclude list.
 
 The state file (default <workspace>/.monitor/state.json) holds every event already emitted, and it is saved
 before an event is printed or sent: a restarted monitor (or the next --once from cron) never repeats an
@@ -197,7 +203,9 @@ class Monitor:
         sweep: str | None,
         stall: float,
         tgs_drop: float,
+        requeue_lost: bool = False,
     ):
+        self.requeue_lost = requeue_lost
         self.ws = ws
         self.state_file = state_file
         self.given = list(job_ids)
@@ -425,10 +433,29 @@ class Monitor:
             events += self._emit(
                 record, job_id, "failure", "failure", f"{who}{state.lower()} (the log has no JOB SUMMARY)"
             )
+            events += self._requeue_lost(job_id, record, log_path, state)
             record["done"] = True
         if record.get("done") and (state in ENDED or job_id.startswith("local_")):
             events += self._complete_backfill(record, job_id, log_path.with_suffix("") / "prometheus")
         return events
+
+    def _requeue_lost(self, job_id: str, record: dict, log_path: Path, state: str) -> list[Event]:
+        """--requeue: requeue a job whose batch host died, as its batch script would have (requeue's rules,
+        its claim, the batch host excluded); the new job is followed like one the batch script requeued."""
+        if not self.requeue_lost:
+            return []
+        try:
+            decision, new = requeue.requeue(log_path, dict(os.environ), lost=state)
+        except (requeue.RequeueError, logparse.LogError) as exc:
+            return self._emit(record, job_id, "requeued", "requeue-failed", str(exc))
+        if new is None:
+            return self._emit(record, job_id, "requeued", "not-requeued", decision.why)
+        if new not in self.state["follow"]:
+            self.state["follow"].append(new)
+        also = f"; excluding {','.join(decision.exclude)}" if decision.exclude else ""
+        total = 1 + decision.max_retries
+        text = f"REQUEUED as job {new} (attempt {decision.next_attempt} of {total}): {decision.why}{also}"
+        return self._emit(record, job_id, "requeued", "requeued", text)
 
     def _complete_backfill(self, record: dict, job_id: str, tsdb: Path) -> list[Event]:
         """A RAY=1 job ended before its teardown backfilled every TensorBoard step into its TSDB (a time
@@ -568,7 +595,16 @@ def start_daemon(pid_file: Path, state_path: Path) -> None:
     show_default=True,
     help="Percent below the steady TGS that counts as a drop.",
 )
-def command(jobs, ws, sweep, interval, once, daemon, stop_daemon, state_file, level, no_notify, stall, tgs_drop):
+@click.option(
+    "--requeue",
+    "requeue_lost",
+    is_flag=True,
+    help="Requeue a job whose batch host died (Slurm: NODE_FAIL or FAILED, no JOB SUMMARY) by `jobkit requeue`'s "
+    "rules: MAX_RETRIES, at most once, the batch host excluded.",
+)
+def command(
+    jobs, ws, sweep, interval, once, daemon, stop_daemon, state_file, level, no_notify, stall, tgs_drop, requeue_lost
+):
     """Follow jobs (JOBS ids, a --sweep, else all of yours) and report what happens to them."""
     ws_path = workspace(ws)
     state_path = Path(state_file) if state_file else ws_path / ".monitor" / "state.json"
@@ -597,7 +633,7 @@ def command(jobs, ws, sweep, interval, once, daemon, stop_daemon, state_file, le
         except (notify.NotifyError, OSError) as exc:
             raise JobkitError("monitor", str(exc), EXIT_USAGE) from None
     try:
-        monitor = Monitor(ws_path, state_path, list(jobs), sweep, stall, tgs_drop)
+        monitor = Monitor(ws_path, state_path, list(jobs), sweep, stall, tgs_drop, requeue_lost=requeue_lost)
     except MonitorError as exc:
         raise JobkitError("monitor", str(exc), EXIT_USAGE) from None
     if daemon:

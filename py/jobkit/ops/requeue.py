@@ -14,12 +14,20 @@ user asked for, not what the batch script made of it. Steps:
 2. Blame: a node failure or a GPU fault that names a host adds that host to the next attempt's --exclude,
    along with every host earlier attempts excluded.
 3. Claim: `<job dir>/requeue.json` is created exclusively (O_EXCL), so whoever else might requeue the same
-   job (a second call, a monitor) finds it taken and does nothing.
+   job (a second call, a monitor) finds it taken and does nothing. It is taken only once the snapshot and the
+   arguments have been checked, and a submit that certainly submitted nothing (submit.sh or sbatch refused it)
+   gives it back: it is renamed to `requeue.failed.json`, so a later call may try again. A claim whose submit
+   may have reached Slurm (a timeout, an answer that cannot be read) keeps blocking: at most once.
 4. Submit: the snapshot's own submit.sh with the original arguments (SUBMIT_ARGV, a JSON array written by submit.sh),
    reusing the same snapshot, with ATTEMPT=n+1 and RETRY_OF=<this job>. With checkpointing on, MaxText
    resumes from the last checkpoint in the shared output directory.
 5. Record: the new job id in requeue.json, a `next` link in this job dir (the new job dir gets `previous`
    from submit.sh), and the line `== REQUEUED as job N (attempt 2 of 3): <why> ==` on stdout (the log).
+
+A job whose batch host died wrote no JOB SUMMARY and could not requeue itself: `requeue(..., lost=STATE)`
+(`jobkit monitor --requeue`) decides from the scheduler's end state instead (`decide_lost`: NODE_FAIL or
+FAILED), excludes the batch host (the first host of the log's nodelist) and then claims and submits as above,
+with the snapshot and arguments submit.sh saved in `<job dir>/submit_env.json` (owner-only).
 """
 
 from __future__ import annotations
@@ -51,14 +59,35 @@ RETRYABLE = {
 # Classes whose named host is at fault and should not get the next attempt.
 BLAME_HOST = {"node-fail", "gpu-hardware"}
 CLAIM_FILE = "requeue.json"
+# Where a claim whose submit certainly submitted nothing goes: it no longer blocks, and still says what failed.
+FAILED_FILE = "requeue.failed.json"
+# What submit.sh saves in the job dir (MAX_RETRIES above 0) for a requeue that does not run in the job's own
+# environment: the monitor's, for a job whose batch host died, or one by hand. A JSON array of NAME=VALUE.
+ENV_FILE = "submit_env.json"
+JOB_KEYS = ("MAXTEXT_LAUNCHER_DIR", "ARTIFACT_SHA256", "SUBMIT_ARGV", "JOB_WORKSPACE")
+# The scheduler's end states of a job with no JOB SUMMARY that are retried as a lost batch host.
+LOST_STATES = {"NODE_FAIL", "FAILED"}
+# submit.sh's lines when sbatch took the job and something after it failed: the claim must keep blocking.
+_SUBMITTED_ANYWAY = re.compile(
+    r"^Submitted job \d+|could not read a job id from sbatch|died before writing its log", re.M
+)
 # _job.sbatch's line when Slurm's time-limit warning (--signal) asked training to save and stop.
 TIME_LIMIT_LINE = re.compile(r"^== TIME LIMIT near", re.M)
 # The line a requeue leaves in the log (`command` prints it); jobkit monitor follows the new job from it.
 REQUEUED_LINE = re.compile(r"^== REQUEUED as job (\d+) .*==$", re.M)
 
 
+class WouldFail(Exception):
+    """--dry-run: the requeue decided would be refused by a check (the snapshot, the arguments)."""
+
+
 class RequeueError(Exception):
-    """Why a requeue that was decided could not be submitted: one line with the fix."""
+    """Why a requeue that was decided could not be submitted: one line with the fix. NOTHING_SUBMITTED: the
+    submit certainly reached no scheduler (the claim is given back)."""
+
+    def __init__(self, message: str, nothing_submitted: bool = True):
+        super().__init__(message)
+        self.nothing_submitted = nothing_submitted
 
 
 @dataclass
@@ -116,9 +145,8 @@ def outcome(log: logparse.JobLog, text: str, job_dir: Path) -> failures.Failure 
     return found
 
 
-def decide(log: logparse.JobLog, text: str, env: dict[str, str], job_dir: Path) -> Decision:
-    """Whether the job in LOG (its tail TEXT, its dir JOB_DIR) gets another attempt, and which hosts it must
-    avoid."""
+def _counts(log: logparse.JobLog, env: dict[str, str]) -> tuple[int, int, list[str]]:
+    """(this attempt, MAX_RETRIES, hosts earlier attempts excluded): the environment's, else the log header's."""
     attempt = _int(env.get("ATTEMPT") or log.header.get("ATTEMPT"), 1)
     # The same reading submit.sh gives it (settings.sh setting_uint): 'abc' or -1 is refused, never taken for 0.
     setting = {"MAX_RETRIES": env.get("MAX_RETRIES") or log.header.get("MAX_RETRIES") or ""}
@@ -126,7 +154,21 @@ def decide(log: logparse.JobLog, text: str, env: dict[str, str], job_dir: Path) 
         max_retries = clitypes.env_uint(setting, "MAX_RETRIES", 0)
     except clitypes.SettingError as exc:
         raise RequeueError(str(exc)) from None
-    earlier = [h for h in (env.get("REQUEUE_EXCLUDE") or "").split(",") if h]
+    earlier = [h for h in (env.get("REQUEUE_EXCLUDE") or log.header.get("REQUEUE_EXCLUDE") or "").split(",") if h]
+    return attempt, max_retries, earlier
+
+
+def _within_retries(decision: Decision) -> Decision:
+    if decision.attempt > decision.max_retries:
+        decision.retry = False
+        decision.why += f"; retries used up ({decision.max_retries} allowed, this was attempt {decision.attempt})"
+    return decision
+
+
+def decide(log: logparse.JobLog, text: str, env: dict[str, str], job_dir: Path) -> Decision:
+    """Whether the job in LOG (its tail TEXT, its dir JOB_DIR) gets another attempt, and which hosts it must
+    avoid."""
+    attempt, max_retries, earlier = _counts(log, env)
 
     def no(why: str) -> Decision:
         return Decision(False, why, attempt, max_retries, earlier)
@@ -145,11 +187,29 @@ def decide(log: logparse.JobLog, text: str, env: dict[str, str], job_dir: Path) 
     exclude = list(earlier)
     if found.reason in BLAME_HOST and found.host and found.host not in exclude:
         exclude.append(found.host)
-    decision = Decision(True, found.label, attempt, max_retries, exclude)
-    if attempt > max_retries:
-        decision.retry = False
-        decision.why = f"{found.label}; retries used up ({max_retries} allowed, this was attempt {attempt})"
-    return decision
+    return _within_retries(Decision(True, found.label, attempt, max_retries, exclude))
+
+
+def decide_lost(log: logparse.JobLog, env: dict[str, str], state: str) -> Decision:
+    """Whether a job that wrote no JOB SUMMARY and that the scheduler ended in STATE gets another attempt: its
+    batch host died (NODE_FAIL, or FAILED with nothing written), so the batch script could not decide. The batch
+    host, the first of the log's nodes, is excluded with every host earlier attempts excluded."""
+    attempt, max_retries, earlier = _counts(log, env)
+
+    def no(why: str) -> Decision:
+        return Decision(False, why, attempt, max_retries, earlier)
+
+    if log.footer_status is not None:
+        return no("the log has a JOB SUMMARY: its batch script decided (see the log's last lines)")
+    if state not in LOST_STATES:
+        return no(f"{state.lower()} without a JOB SUMMARY (not retried: only {' or '.join(sorted(LOST_STATES))} is)")
+    nodes, _ = logparse.header_nodes(log.header)
+    host = nodes[0] if nodes else None
+    exclude = [*earlier, host] if host and host not in earlier else list(earlier)
+    where = f"its batch host {host}" if host else "its batch host (not named: the log has no nodelist)"
+    return _within_retries(
+        Decision(True, f"node-fail: {where} died (Slurm: {state}, no JOB SUMMARY)", attempt, max_retries, exclude)
+    )
 
 
 def read_submit_argv(value: str) -> list[str]:
@@ -211,8 +271,29 @@ def _record(job_dir: Path, **fields) -> None:
     files.write_atomic(path, json.dumps(data, indent=1) + "\n")  # never through a planted link
 
 
-def submit(log_path: Path, decision: Decision, env: dict[str, str]) -> tuple[str, Path]:
-    """Submit the next attempt with the snapshot's submit.sh; returns (job id, job dir)."""
+def job_env(job_dir: Path, env: dict[str, str], lost: bool = False) -> dict[str, str]:
+    """ENV completed with what submit.sh saved in JOB_DIR/submit_env.json (the snapshot, the arguments); with
+    LOST (the monitor's requeue of a job whose batch host died) the saved values and the log header win over
+    ENV's, whose SLURM_* (but SLURM_CONF) and job settings belong to the monitor, not to the job."""
+    try:
+        pairs = json.loads(files.read_own(job_dir / ENV_FILE, private=True))
+        if not isinstance(pairs, list) or not all(isinstance(p, str) and "=" in p for p in pairs):
+            raise ValueError("not a JSON list of NAME=VALUE")
+    except FileNotFoundError:
+        pairs = []
+    except (OSError, ValueError, files.Untrusted) as exc:
+        raise RequeueError(f"{job_dir / ENV_FILE} cannot be read ({exc}); resubmit by hand") from None
+    saved = dict(p.split("=", 1) for p in pairs)
+    if not lost:
+        return {**saved, **{k: v for k, v in env.items() if v or k not in saved}}
+    drop = {"ATTEMPT", "MAX_RETRIES", "REQUEUE_EXCLUDE", "RETRY_OF", *JOB_KEYS}
+    kept = {k: v for k, v in env.items() if k not in drop and (not k.startswith("SLURM_") or k == "SLURM_CONF")}
+    return {**kept, **saved}
+
+
+def prepare(env: dict[str, str]) -> tuple[Path, str, list[str], list[str]]:
+    """What the submit needs and what can be checked before the claim is taken: (snapshot, model spec, sbatch
+    args, passthrough). A requeue refused here claims nothing, so a later one (with the fix) may still run."""
     launcher = env.get("MAXTEXT_LAUNCHER_DIR", "")
     if not launcher or not (Path(launcher) / "submit.sh").is_file():
         raise RequeueError(f"no snapshot with submit.sh at MAXTEXT_LAUNCHER_DIR={launcher!r}; resubmit by hand")
@@ -220,46 +301,77 @@ def submit(log_path: Path, decision: Decision, env: dict[str, str]) -> tuple[str
         spec, sbatch_args, passthrough = split_submit_argv(read_submit_argv(env.get("SUBMIT_ARGV", "")))
     except ValueError as exc:
         raise RequeueError(f"SUBMIT_ARGV cannot be read ({exc}); resubmit by hand") from None
+    return Path(launcher), spec, sbatch_args, passthrough
+
+
+def submit(log_path: Path, decision: Decision, env: dict[str, str]) -> tuple[str, Path]:
+    """Submit the next attempt with the snapshot's submit.sh; returns (job id, job dir)."""
+    launcher, spec, sbatch_args, passthrough = prepare(env)
     job = logparse.parse_file(str(log_path)).header
     child_env = {
         **env,
         "ATTEMPT": str(decision.next_attempt),
         "RETRY_OF": job.get("JOB_ID", ""),
         "REQUEUE_EXCLUDE": ",".join(decision.exclude),
-        "REQUEUE_ARTIFACT": launcher,
+        "REQUEUE_ARTIFACT": str(launcher),
         "REQUEUE_PREVIOUS_DIR": log_path.with_suffix("").name,
         # The job that calls us is ending (maybe inside Slurm's KillWait): do not wait to watch the new one start.
         "EARLY_DEATH_CHECK_SECONDS": "0",
     }
-    cmd = [str(Path(launcher) / "submit.sh"), spec, *with_exclude(sbatch_args, decision.exclude), "--", *passthrough]
-    result = subprocess.run(cmd, env=child_env, capture_output=True, text=True, timeout=300)
+    cmd = [str(launcher / "submit.sh"), spec, *with_exclude(sbatch_args, decision.exclude), "--", *passthrough]
+    try:
+        result = subprocess.run(cmd, env=child_env, capture_output=True, text=True, timeout=300)
+    except subprocess.TimeoutExpired:
+        raise RequeueError("submit.sh did not answer in 300 s (it may have submitted)", False) from None
     if result.returncode != 0:
         said = (result.stderr.strip().splitlines() or result.stdout.strip().splitlines() or ["(no output)"])[-1]
         if decision.exclude and "node configuration is not available" in said:
             said += f" (too few nodes left once {','.join(decision.exclude)} is excluded; resubmit when it is back, or with fewer nodes)"
-        raise RequeueError(f"submit.sh failed (exit {result.returncode}): {said}")
+        nothing = not _SUBMITTED_ANYWAY.search(result.stdout + result.stderr)
+        raise RequeueError(f"submit.sh failed (exit {result.returncode}): {said}", nothing)
     m = re.search(r"^Submitted job (\d+)", result.stdout, re.M)
     d = re.search(r"^\s*job dir:\s*(\S+)", result.stdout, re.M)
     if not m or not d:
-        raise RequeueError(f"could not read the new job from submit.sh's answer: {result.stdout.strip()!r}")
+        raise RequeueError(f"could not read the new job from submit.sh's answer: {result.stdout.strip()!r}", False)
     return m.group(1), Path(d.group(1))
 
 
-def requeue(log_path: Path, env: dict[str, str]) -> tuple[Decision, str | None]:
-    """Decide, claim, submit and record; returns the decision and the new job id (None if not requeued)."""
+def _give_back(job_dir: Path, error: str) -> None:
+    """The claim's submit submitted nothing: record why and rename it out of the way (only its owner, this
+    call, does), so that a later requeue may claim again."""
+    _record(job_dir, error=error)
+    os.replace(job_dir / CLAIM_FILE, job_dir / FAILED_FILE)
+
+
+def requeue(log_path: Path, env: dict[str, str], lost: str | None = None) -> tuple[Decision, str | None]:
+    """Decide, claim, submit and record; returns the decision and the new job id (None if not requeued).
+    LOST: the scheduler's end state of a job whose batch host died before writing a JOB SUMMARY (the monitor's
+    requeue, `decide_lost`); None: the batch script's (or a person's) requeue from the log (`decide`)."""
     log = logparse.load(str(log_path))
     job_dir = log_path.with_suffix("")
-    decision = decide(log, failures.read_tail(str(log_path)), env, job_dir)
+    env = job_env(job_dir, env, lost=lost is not None)
+    if lost is None:
+        decision = decide(log, failures.read_tail(str(log_path)), env, job_dir)
+    else:
+        decision = decide_lost(log, env, lost)
     if not decision.retry:
         return decision, None
+    already = _already(job_dir)
+    if already:  # the claim below decides; this only spares the checks and says what the claim holds
+        return Decision(False, already, decision.attempt, decision.max_retries, decision.exclude), None
+    prepare(env)  # before the claim: a refusal here must not block a later requeue
     job_dir.mkdir(exist_ok=True)
     if not claim(job_dir, decision):
-        return Decision(False, f"already requeued (see {job_dir / CLAIM_FILE})", decision.attempt, 0), None
+        return Decision(False, _already(job_dir) or "already requeued", decision.attempt, decision.max_retries), None
     try:
         job_id, new_dir = submit(log_path, decision, env)
-    except (RequeueError, OSError, subprocess.TimeoutExpired) as exc:
-        _record(job_dir, error=str(exc))
-        raise RequeueError(str(exc)) from None
+    except (RequeueError, OSError) as exc:
+        nothing = isinstance(exc, OSError) or exc.nothing_submitted
+        if nothing:
+            _give_back(job_dir, str(exc))
+        else:
+            _record(job_dir, error=str(exc))
+        raise RequeueError(str(exc), nothing) from None
     _record(job_dir, job_id=job_id, new_job_dir=str(new_dir))
     link = job_dir / "next"
     if not link.is_symlink() and not link.exists():
@@ -284,14 +396,26 @@ REQUEUE_EXCLUDE  hosts earlier attempts excluded (comma-separated): the next att
                  and the host that a node failure or GPU fault names
 
 At most once per job: <job dir>/{CLAIM_FILE} is the claim and names the next job; a second call (a
-monitor, a rerun) submits nothing. The next attempt runs from the same code snapshot
-(MAXTEXT_LAUNCHER_DIR) with the same arguments (SUBMIT_ARGV), ATTEMPT+1 and RETRY_OF=<this job>.
+monitor, a rerun) submits nothing. The claim is taken only after the snapshot and the arguments are
+checked, and a submit that submitted nothing (sbatch or submit.sh refused it) gives it back, renamed to
+{FAILED_FILE}: a later call tries again. A claim whose submit may have reached Slurm keeps blocking.
+The next attempt runs from the same code snapshot (MAXTEXT_LAUNCHER_DIR) with the same arguments
+(SUBMIT_ARGV), ATTEMPT+1 and RETRY_OF=<this job>; run by hand, both come from <job dir>/{ENV_FILE}
+when the environment lacks them (submit.sh saves it when MAX_RETRIES is above 0).
 
 \b
---dry-run decides and prints; it submits and writes nothing.
+--dry-run decides, checks and prints what would happen (the next attempt, the hosts excluded, a claim
+that blocks); it submits and writes nothing.
 Exit 0: requeued (or would be); {EXIT_NOT_RETRIED}: not requeued;
 {EXIT_BAD_INPUT}: the log cannot be read, or the submit failed.
 """
+
+
+def _read_record(path: Path) -> dict:
+    data = json.loads(files.read_own(path))
+    if not isinstance(data, dict):
+        raise ValueError("not a JSON object")
+    return data
 
 
 def _already(job_dir: Path) -> str | None:
@@ -300,9 +424,7 @@ def _already(job_dir: Path) -> str | None:
     if not path.exists() and not path.is_symlink():
         return None
     try:
-        data = json.loads(files.read_own(path))
-        if not isinstance(data, dict):
-            raise ValueError("not a JSON object")
+        data = _read_record(path)
     except (OSError, ValueError, files.Untrusted) as exc:
         return f"already requeued ({path} cannot be read: {exc}); a job is requeued at most once"
     decision = data.get("decision") if isinstance(data.get("decision"), dict) else {}
@@ -310,11 +432,53 @@ def _already(job_dir: Path) -> str | None:
     if data.get("job_id"):
         done = f"already requeued as job {data['job_id']}"
     elif data.get("error"):
-        done = f"a requeue was claimed and failed ({data['error']})"
+        done = (
+            f"a requeue was claimed and may have reached Slurm ({data['error']}); if squeue shows no job with "
+            f"RETRY_OF={job_dir.name.split('-')[0]}, move {path} away to requeue again"
+        )
     else:
         done = "a requeue was claimed (no job id recorded yet)"
     hosts = f"excluding {','.join(map(str, exclude))}" if exclude else "excluding no hosts"
     return f"{done}, {hosts} (see {path}); a job is requeued at most once"
+
+
+def _failed_before(job_dir: Path) -> str:
+    """', after an earlier requeue that submitted nothing (ERROR)' when JOB_DIR holds one, else ''."""
+    path = job_dir / FAILED_FILE
+    try:
+        error = _read_record(path).get("error")
+    except FileNotFoundError:
+        return ""
+    except (OSError, ValueError, files.Untrusted):
+        error = None
+    said = f": {error}" if error else ""
+    return f" (again: an earlier requeue submitted nothing{said}; see {path})"
+
+
+def dry_run_decision(log_path: Path, env: dict[str, str], lost: str | None = None) -> Decision:
+    """What `requeue` would decide, claim and submit, without doing any of it: a claim held is named, an
+    earlier failed attempt is mentioned; a refused check (the snapshot, the arguments) raises RequeueError, as
+    the requeue would."""
+    log = logparse.load(str(log_path))
+    job_dir = log_path.with_suffix("")
+    env = job_env(job_dir, env, lost=lost is not None)
+    if lost is None:
+        decision = decide(log, failures.read_tail(str(log_path)), env, job_dir)
+    else:
+        decision = decide_lost(log, env, lost)
+    if not decision.retry:
+        return decision
+    already = _already(job_dir)
+    if already:
+        return Decision(False, already, decision.attempt, decision.max_retries, decision.exclude)
+    try:
+        prepare(env)
+    except RequeueError as exc:
+        raise WouldFail(f"{exc} (decided: {decision.why})") from None
+    total = 1 + decision.max_retries
+    hosts = f"excluding {','.join(decision.exclude)}" if decision.exclude else "excluding no hosts"
+    decision.why += f" as attempt {decision.next_attempt} of {total}, {hosts}{_failed_before(job_dir)}"
+    return decision
 
 
 @click.command("requeue", help=HELP)
@@ -324,18 +488,13 @@ def command(log, dry_run):
     path = Path(log)
     try:
         if dry_run:
-            parsed = logparse.load(log)
-            decision = decide(parsed, failures.read_tail(log), dict(os.environ), path.with_suffix(""))
-            already = _already(path.with_suffix("")) if decision.retry else None
-            if already:
-                decision = Decision(False, already, decision.attempt, decision.max_retries, decision.exclude)
-            job_id = None
+            decision, job_id = dry_run_decision(path, dict(os.environ)), None
         else:
             decision, job_id = requeue(path, dict(os.environ))
     except logparse.LogError as exc:
         raise JobkitError("requeue", str(exc), EXIT_BAD_INPUT) from None
-    except RequeueError as exc:
-        click.echo(f"== REQUEUE FAILED: {exc} ==")
+    except (RequeueError, WouldFail) as exc:
+        click.echo(f"== {'REQUEUE WOULD FAIL' if isinstance(exc, WouldFail) else 'REQUEUE FAILED'}: {exc} ==")
         sys.exit(EXIT_BAD_INPUT)
     total = 1 + decision.max_retries
     if job_id:
