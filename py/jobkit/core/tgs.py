@@ -133,16 +133,17 @@ def settle(values: list[tuple[int, float | None]], start: int, length: int) -> t
     """Where a resumed attempt's steady window of LENGTH steps starts: START, or later while it is still warming up.
 
     VALUES are (step, TGS) pairs (the profiler's steps left out). The horizon is the steps START to
-    START + 2*LENGTH - 1; the median TGS of its last LENGTH steps is the attempt's settled level (of its later
-    steps: a restore slow for half the horizon would pull a median of all of it down); the window starts at the first step
-    that reaches SETTLE_FRACTION of it and so does the median of the SETTLE_RUN steps from it (one fast step in
-    the restore's slow ones does not end the warm-up), moving at most LENGTH steps.
+    START + 2*LENGTH - 1; the upper quartile of their TGS is the attempt's settled level (the fast end: neither
+    the restore's slow steps nor a burst of load on a shared host, up to 3/4 of the horizon, can pull it down).
+    The window starts at the first step that reaches SETTLE_FRACTION of it and so does the median of the
+    SETTLE_RUN steps from it (one fast step among the restore's slow ones does not end the warm-up), moving at
+    most LENGTH steps.
     Returns (step, settled): settled is False when the attempt was still slow LENGTH steps past START. The
     monitor calls this with the steps it has seen so far, `summarize` with the whole log: the same rule."""
     horizon = [(step, v) for step, v in values if start <= step < start + 2 * length and finite(v)]
     if len(horizon) < SETTLE_RUN:
         return start, True
-    floor = SETTLE_FRACTION * statistics.median(v for _, v in horizon[-length:])
+    floor = SETTLE_FRACTION * statistics.quantiles([v for _, v in horizon], n=4)[2]
     for i, (step, value) in enumerate(horizon):
         if step >= start + length:
             return start + length, False
