@@ -164,15 +164,85 @@ def test_throughput_drop_below_the_jobs_own_steady_state(env):
     slurm.set("500|RUNNING\n")
     write_log(ws, "500", steps=range(30))
     assert [e[1] for e in poll("500")] == ["state", "first-step"]
-    write_log(ws, "500", steps=range(45), tgs=lambda n: 1000.0 if n < 30 else 600.0)
+    slow = lambda n: 1000.0 if n < 30 else 600.0  # noqa: E731
+    write_log(ws, "500", steps=range(45), tgs=slow)
+    assert poll("500") == [], "one poll's low steps are a suspicion, not news"
+    write_log(ws, "500", steps=range(54), tgs=slow)
+    assert poll("500") == [], "the last 10 steps still overlap the ones the suspicion came from"
+    write_log(ws, "500", steps=range(55), tgs=slow)
     (drop,) = poll("500")
     assert drop == (
         "500",
         "tgs-drop",
-        "(tiny 2N) TGS 600/device over the last steps, 40% below its steady state 1,000 (step 44)",
+        "(tiny 2N) TGS 600/device over steps 45-54, 40% below its steady state 1,000 (steps 5-14); low since step 44",
     )
-    write_log(ws, "500", steps=range(46), tgs=lambda n: 1000.0 if n < 30 else 850.0)
+    write_log(ws, "500", steps=range(80), tgs=slow)
+    assert poll("500") == [], "one drop, one alert"
+    write_log(ws, "500", steps=range(90), tgs=lambda n: 1000.0 if n < 30 else 850.0)
     assert poll("500") == []  # 15% is inside the default 20%
+
+
+def resumed(n: int) -> float:
+    """The issue's resumed attempt: restored at step 201, slow after the restore to step 210, then ~7,000,
+    with a burst of load on the shared host over steps 219-228 (2,131)."""
+    return 300.0 if n == 201 else 5000.0 if n <= 210 else 2131.0 if 219 <= n <= 228 else 7000.0
+
+
+def test_a_burst_in_a_resumed_attempts_first_poll_is_no_tgs_drop(env):
+    """The issue's case: first-step (step 201) and a tgs-drop 0 s apart, typed failure, for a job that passed.
+    The attempt had no steady state of its own yet, and the burst was over by the next poll."""
+    ws, slurm = env
+    slurm.set("501|RUNNING\n")
+    write_log(ws, "501", steps=range(201, 229), tgs=resumed)
+    assert [e[1] for e in poll("501")] == ["state", "first-step"]
+    write_log(ws, "501", steps=range(201, 241), tgs=resumed)
+    assert poll("501") == [], "the burst did not last: nothing to say"
+    record = json.loads((ws / ".monitor" / "state.json").read_text())["jobs"]["501"]
+    assert record["tgs_ref"] == [7000.0, 211, 220], "the attempt's steady state, after its restore"
+    assert "low_from" not in record
+
+
+def test_a_resumed_attempt_is_measured_against_its_own_settled_steady_state(env):
+    ws, slurm = env
+    slurm.set("501|RUNNING\n")
+    rate = lambda n: 3000.0 if n > 240 else resumed(n) if n < 219 or n > 228 else 7000.0  # noqa: E731
+    write_log(ws, "501", steps=range(201, 246), tgs=rate)
+    assert [e[1] for e in poll("501")] == ["state", "first-step"]
+    write_log(ws, "501", steps=range(201, 256), tgs=rate)
+    (drop,) = poll("501")
+    assert drop == (
+        "501",
+        "tgs-drop",
+        "(tiny 2N) TGS 3,000/device over steps 246-255, 57% below its steady state 7,000 (steps 211-220); "
+        "low since step 245",
+    )
+
+
+def test_a_state_file_from_before_the_attempts_own_steady_state_is_still_read(env):
+    """Records written before issue 23 kept bare TGS numbers under other keys: they are left alone."""
+    ws, slurm = env
+    slurm.set("500|RUNNING\n")
+    write_log(ws, "500", steps=range(30))
+    old = {"seen": [], "state": "RUNNING", "tgs_steady": [1000.0] * 10, "tgs_recent": [1000.0] * 10}
+    state = ws / ".monitor" / "state.json"
+    state.parent.mkdir()
+    state.write_text(json.dumps({"started": 1, "jobs": {"500": old}, "follow": []}))
+    assert [e[1] for e in poll("500")] == ["first-step"]
+    assert json.loads(state.read_text())["jobs"]["500"]["tgs_ref"] == [1000.0, 5, 14]
+
+
+def test_a_replaced_log_starts_its_steady_state_over(env):
+    """The reference is the log's own: a log rewritten in place (a new attempt under the same name) does not
+    inherit the first one's steady state."""
+    ws, slurm = env
+    slurm.set("500|RUNNING\n")
+    write_log(ws, "500", steps=range(60), tgs=lambda n: 1000.0)
+    poll("500")
+    for last in (215, 230, 245):  # shorter than the first log: the monitor reads it from the start again
+        write_log(ws, "500", steps=range(201, last), tgs=lambda n: 600.0)
+        assert [e[1] for e in poll("500")] == [], last
+    record = json.loads((ws / ".monitor" / "state.json").read_text())["jobs"]["500"]
+    assert record["first_step"] == 201 and record["tgs_ref"] == [600.0, 206, 215]
 
 
 def test_all_of_the_users_jobs_without_ids_and_a_local_run(env):
@@ -279,6 +349,10 @@ def test_bad_input_is_one_line(env, args, setup, message):
         (b'{"jobs": 5}', "no start time"),
         (b'{"started": 1, "jobs": 5}', "'jobs' is not an object"),
         (b'{"started": 1, "jobs": {"500": {"seen": [], "state": null, "offset": "x"}}}', "job 500's record is not"),
+        (
+            b'{"started": 1, "jobs": {"500": {"seen": [], "state": null, "tgs_last": [1, 2]}}}',
+            "job 500's record is not",
+        ),
         (b"[1, 2]", "not a JSON object"),
     ],
 )

@@ -1,5 +1,6 @@
 """Log parsing and TGS statistics on recorded MaxText logs."""
 
+import json
 import re
 import statistics
 
@@ -376,3 +377,128 @@ def test_tgs_config_that_cannot_be_read_is_an_error_not_ignored(tmp_path):
     good.write_text("profiler: ''\n")
     r = CliRunner().invoke(main, ["tgs", str(MFU_LOG), "--config", str(good)])
     assert r.exit_code == 0 and r.stdout.startswith("log:"), r.output
+
+
+# ---- a resumed attempt's steady window, and what the table says (issue 23) ----------------------------------
+
+# MaxText's real step line (the MFU fixture's), with the step, its seconds and Tokens/s/device filled in.
+_STEP_LINE = next(l for l in MFU_LOG.read_text().splitlines() if "completed step: 5," in l)
+_LOG_HEAD = MFU_LOG.read_text()[: MFU_LOG.read_text().index("completed step")].rpartition("\n")[0] + "\n"
+JITTER = (0, 150, -120, 80, -60)  # a few % of step-to-step spread, as on a real host
+
+
+def attempt_log(job_id: str, steps: range, rate, extra_header: str = "") -> str:
+    """A real-shaped log of one attempt: the fixture's header and start-up, then STEPS at RATE(step) TGS."""
+    head = _LOG_HEAD.replace("JOB_ID=local_20261122_054800_ab12", f"JOB_ID={job_id}{extra_header}", 1)
+    lines = []
+    for step in steps:
+        value = rate(step)
+        line = re.sub(r"completed step: \d+", f"completed step: {step}", _STEP_LINE)
+        line = re.sub(r"seconds: [0-9.]+", f"seconds: {256 / value:.3f}", line)
+        lines.append(re.sub(r"Tokens/s/device: [0-9.]+", f"Tokens/s/device: {value:.3f}", line))
+    return head + "\n".join(lines) + "\n"
+
+
+def first_attempt_rate(step: int) -> float:
+    """Compile at step 0, warm-up to step 4, then ~7,229 (the issue's first attempt)."""
+    return 300.0 if step == 0 else 6000.0 if step < 5 else 7229.0 + JITTER[step % 5]
+
+
+def resumed_rate(step: int) -> float:
+    """Restored at step 201 (compile and restore), slow after the restore to step 210, then ~7,000."""
+    return 300.0 if step == 201 else 5000.0 if step <= 210 else 7000.0 + JITTER[step % 5]
+
+
+RESUMED = attempt_log("32", range(201, 241), resumed_rate, "\nATTEMPT=2\nRETRY_OF=31\nMAX_RETRIES=2")
+
+
+def test_a_resumed_attempts_steady_window_starts_after_its_own_warm_up():
+    """The issue's case: steps 206-215 of a resumed attempt still held the restore's slow steps (5,419 against
+    7,229): the window moves past them, to the first steps at the attempt's settled rate."""
+    s = tgs.summarize(logparse.parse_text(RESUMED))
+    assert (s.first_step, s.nominal_start) == (201, 206)
+    assert s.steady_range == (211, 220)
+    assert s.windows["steady"].steps == list(range(211, 221))
+    assert s.windows["warmup"].steps == list(range(201, 211))
+    assert s.tgs == pytest.approx(statistics.fmean(resumed_rate(step) for step in range(211, 221)))
+    assert s.notes[0] == (
+        "resumed at step 201: the steady window 211-220 counts from this attempt's first step; "
+        "steps 206-210 were still slow after the restore, so they count as warm-up"
+    )
+    assert not any("resumed" in w for w in s.warnings), "it settled inside one window length"
+    table = tgs.format_table(s)
+    assert re.search(r"^steady\s+211-220\s+10\s", table, re.M), table
+    assert f"note: {s.notes[0]}" in table
+    d = tgs.to_dict(s)
+    assert (d["first_step"], d["steady_moved_from"], d["steady_window"]) == (201, 206, [211, 220])
+
+
+def test_a_resumed_attempt_that_settled_in_its_warm_up_keeps_the_window_counted_from_its_first_step():
+    quick = attempt_log("33", range(201, 241), lambda step: 300.0 if step == 201 else 7000.0 + JITTER[step % 5])
+    s = tgs.summarize(logparse.parse_text(quick))
+    assert (s.steady_range, s.nominal_start) == ((206, 215), None)
+    assert s.notes == ["resumed at step 201: the steady window 206-215 counts from this attempt's first step"]
+    # One noisy step at the window's start is not the restore: the window moves by that step only.
+    noisy = attempt_log("34", range(201, 241), lambda step: 3000.0 if step == 206 else 7000.0 + JITTER[step % 5])
+    assert tgs.summarize(logparse.parse_text(noisy)).steady_range == (207, 216)
+
+
+def test_a_resumed_attempt_still_slow_a_window_later_is_warned_about_not_moved_further():
+    slow = attempt_log("35", range(201, 241), lambda step: 5000.0 if step <= 216 else 7000.0 + JITTER[step % 5])
+    s = tgs.summarize(logparse.parse_text(slow))
+    assert s.steady_range == (216, 225) and not s.settled
+    assert (
+        "resumed at step 201: still below 80% of its settled TGS at step 216, one window past its warm-up; "
+        "the steady window 216-225 may still hold the restore's slow steps"
+    ) in s.warnings
+
+
+def test_jobs_and_tgs_set_comparable_numbers_side_by_side_for_two_attempts(tmp_path):
+    """`jobkit jobs` shows each attempt's steady TGS; the resumed one's is taken after its own warm-up."""
+    from click.testing import CliRunner
+
+    from jobkit.cli import main
+
+    footer = "==== JOB SUMMARY ====\n  Wall:   1m\n  Status: {}\n=====================\n"
+    first = tmp_path / "31-JAX-tiny.log"
+    first.write_text(
+        attempt_log("31", range(40), first_attempt_rate, "\nMAX_RETRIES=2") + footer.format("FAILED (exit 1)")
+    )
+    second = tmp_path / "32-JAX-tiny.log"
+    second.write_text(RESUMED + footer.format("SUCCESS (exit 0)"))
+    result = CliRunner().invoke(main, ["jobs", "--workspace", str(tmp_path), "--json"])
+    assert result.exit_code == 0, result.output
+    shown = {r["job_id"]: r["tgs"] for r in map(json.loads, result.output.splitlines())}
+    expected_first = statistics.fmean(first_attempt_rate(step) for step in range(5, 15))
+    expected_second = statistics.fmean(resumed_rate(step) for step in range(211, 221))
+    assert shown == {"31": pytest.approx(expected_first), "32": pytest.approx(expected_second)}
+    # Both are steady-state numbers: they differ by the attempts' real difference, not by the restore.
+    assert abs(shown["32"] - shown["31"]) / shown["31"] < 0.05
+    line = CliRunner().invoke(main, ["tgs", "--line", str(second)]).output
+    assert f"{tgs.fmt_tgs(expected_second)} TGS/device" in line
+    table = CliRunner().invoke(main, ["tgs", str(second)]).output
+    assert re.search(r"^steady\s+211-220\s", table, re.M) and "note: resumed at step 201" in table
+
+
+def test_the_low_steady_steps_warning_says_what_it_means_and_what_to_do():
+    s = tgs.summarize(logparse.parse_file(MFU_LOG))
+    steady = s.windows["steady"]
+    low = [p.step for p in steady.points if p.tgs < tgs.LOW_SAMPLE_FRACTION * s.tgs]
+    assert low, "the real CPU run is noisy"
+    (warning,) = [w for w in s.warnings if "below 95%" in w]
+    assert warning.startswith(f"{len(low)} of 10 steady steps ran below 95% of the steady mean (steps ")
+    assert "shared host" in warning and "more steps" in warning and "jobkit analyze" in warning
+
+
+def test_a_warm_up_faster_than_the_steady_window_is_explained_in_one_line():
+    fast_warmup = with_tgs({step: "9000.0" for step in range(1, 5)})  # steady steps run at ~1,010
+    s = tgs.summarize(logparse.parse_text(fast_warmup))
+    assert s.windows["warmup"].stats("tgs").mean > s.tgs
+    (note,) = [n for n in s.notes if "warm-up" in n]
+    warm = tgs.fmt_tgs(s.windows["warmup"].stats("tgs").mean)
+    assert note.startswith(
+        f"the warm-up steps 0-4 averaged faster than the steady window ({warm} vs {tgs.fmt_tgs(s.tgs)})"
+    )
+    assert "\n" not in note and f"note: {note}" in tgs.format_table(s)
+    # A warm-up slower than steady (the usual case) needs no word.
+    assert not tgs.summarize(logparse.parse_file(MFU_LOG)).notes

@@ -2,6 +2,11 @@
 
 Windows: warmup = steps before the steady window, steady = the window (5..14
 by default) minus any profiler steps, tail = steps after it, all = every step.
+The window counts from the run's first logged step. A resumed attempt (a requeued
+job restored from a checkpoint: its first step is not 0) compiles and restores at
+its first steps and may take longer to settle than a fresh run: its window also
+moves past the steps still slow after the restore (`settle`, at most one window
+length), so its number compares with the first attempt's.
 Per step, values from several nodes are averaged first; the stats are the mean
 and population std over steps. A step whose value is not finite (MaxText logs
 `inf` when a step's time rounds to zero, `nan` after a bad step) is left out of
@@ -18,6 +23,10 @@ from jobkit.core.logparse import JobLog, StepEntry
 DEFAULT_STEADY = (5, 14)
 METRICS = ("tgs", "tflops", "mfu", "seconds")
 LOW_SAMPLE_FRACTION = 0.95  # a steady step this far below the mean is worth a warning
+# A resumed attempt is still warming up while the median TGS of the next SETTLE_RUN steps is below
+# SETTLE_FRACTION of its settle horizon's median (a median of 3 lets one noisy step on a shared host pass).
+SETTLE_FRACTION = 0.8
+SETTLE_RUN = 3
 # MaxText base.yml defaults for the profiler window.
 PROFILER_DEFAULT_SKIP = 1
 PROFILER_DEFAULT_STEPS = 5
@@ -120,6 +129,29 @@ def profiler_window(log: JobLog, yml_path: str | None = None) -> tuple[int, int]
     return (skip, skip + steps) if steps > 0 else None
 
 
+def settle(values: list[tuple[int, float | None]], start: int, length: int) -> tuple[int, bool]:
+    """Where a resumed attempt's steady window of LENGTH steps starts: START, or later while it is still warming up.
+
+    VALUES are (step, TGS) pairs (the profiler's steps left out). The horizon is the steps START to
+    START + 2*LENGTH - 1; the upper quartile of their TGS is the attempt's settled level (the fast end: neither
+    the restore's slow steps nor a burst of load on a shared host, up to 3/4 of the horizon, can pull it down).
+    The window starts at the first step that reaches SETTLE_FRACTION of it and so does the median of the
+    SETTLE_RUN steps from it (one fast step among the restore's slow ones does not end the warm-up), moving at
+    most LENGTH steps.
+    Returns (step, settled): settled is False when the attempt was still slow LENGTH steps past START. The
+    monitor calls this with the steps it has seen so far, `summarize` with the whole log: the same rule."""
+    horizon = [(step, v) for step, v in values if start <= step < start + 2 * length and finite(v)]
+    if len(horizon) < SETTLE_RUN:
+        return start, True
+    floor = SETTLE_FRACTION * statistics.quantiles([v for _, v in horizon], n=4)[2]
+    for i, (step, value) in enumerate(horizon):
+        if step >= start + length:
+            return start + length, False
+        if value >= floor and statistics.median(v for _, v in horizon[i : i + SETTLE_RUN]) >= floor:
+            return step, True
+    return start, True  # too few steps past START to tell: the window stays where it was
+
+
 @dataclass
 class Window:
     name: str
@@ -151,6 +183,10 @@ class Summary:
     entries_per_step: int
     loss_mismatch_steps: list[int] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # what the numbers mean where they could mislead
+    first_step: int = 0  # the attempt's first logged step: not 0 for one resumed from a checkpoint
+    nominal_start: int | None = None  # the window's first step before `settle` moved it (None: not moved)
+    settled: bool = True  # False: a resumed attempt still slow one window length past its warm-up
 
     @property
     def steady_target(self) -> int:
@@ -185,11 +221,17 @@ def summarize(log: JobLog, steady: tuple[int, int] = DEFAULT_STEADY, yml_path: s
     # there: its steady window counts from its own first step, not from step 0.
     offset = points[0].step if points and points[0].step > 0 else 0
     a, b = steady[0] + offset, steady[1] + offset
-    steady = (a, b)
     excluded = profiler_window(log, yml_path)
 
     def in_excluded(step: int) -> bool:
         return excluded is not None and excluded[0] <= step <= excluded[1]
+
+    nominal, settled = None, True
+    if offset:  # the restore's slow steps may outlast the warm-up a fresh run needs: move past them
+        start, settled = settle([(p.step, p.tgs) for p in points if not in_excluded(p.step)], a, b - a + 1)
+        if start != a:
+            nominal, a, b = a, start, start + (b - a)
+    steady = (a, b)
 
     windows = {
         "all": Window("all", points),
@@ -200,9 +242,36 @@ def summarize(log: JobLog, steady: tuple[int, int] = DEFAULT_STEADY, yml_path: s
     counts = [p.entries for p in points]
     entries_per_step = max(set(counts), key=counts.count) if counts else 0
     summary = Summary(log, points, steady, excluded, windows, entries_per_step)
+    summary.first_step, summary.nominal_start, summary.settled = offset, nominal, settled
     summary.loss_mismatch_steps = [p.step for p in points if p.losses and max(p.losses) - min(p.losses) > 1e-9]
     summary.warnings = _warnings(summary)
+    summary.notes = _notes(summary)
     return summary
+
+
+def _notes(s: Summary) -> list[str]:
+    """One line each where a number could mislead: a moved window, a warm-up faster than the steady state."""
+    out = []
+    a, b = s.steady_range
+    if s.first_step:
+        moved = (
+            f"; steps {s.nominal_start}-{a - 1} were still slow after the restore, so they count as warm-up"
+            if s.nominal_start is not None
+            else ""
+        )
+        out.append(
+            f"resumed at step {s.first_step}: the steady window {a}-{b} counts from this attempt's first step{moved}"
+        )
+    warm, steady = s.windows["warmup"].stats("tgs"), s.windows["steady"].stats("tgs")
+    if warm and steady and warm.mean > steady.mean:
+        span = s.windows["warmup"].span
+        out.append(
+            f"the warm-up steps {span[0]}-{span[1]} averaged faster than the steady window "
+            f"({fmt_tgs(warm.mean)} vs {fmt_tgs(steady.mean)}): a mean of per-step rates follows its fastest steps "
+            "and the steady steps ran slower (load on a shared host, checkpoint saves); compare the steady mean, never "
+            "the warm-up, and see whether the tail window agrees"
+        )
+    return out
 
 
 def _warnings(s: Summary) -> list[str]:
@@ -226,7 +295,17 @@ def _warnings(s: Summary) -> list[str]:
     if mean:
         low = [p.step for p in steady.points if finite(p.tgs) and p.tgs < LOW_SAMPLE_FRACTION * mean]
         if low:
-            out.append(f"steady steps below {LOW_SAMPLE_FRACTION:.0%} of the steady mean: {_ranges(low)}")
+            out.append(
+                f"{len(low)} of {len(steady.points)} steady steps ran below {LOW_SAMPLE_FRACTION:.0%} of the steady "
+                f"mean (steps {_ranges(low)}): throughput varied inside the window, so the mean is noisy "
+                f"(±{fmt_tgs(steady.stats('tgs').std)}); most often other load on a shared host. Rerun with more "
+                "steps and a later --steady window, or on an idle host, and see `jobkit analyze` for the slow steps"
+            )
+    if s.first_step and not s.settled:
+        out.append(
+            f"resumed at step {s.first_step}: still below {SETTLE_FRACTION:.0%} of its settled TGS at step {a}, one "
+            f"window past its warm-up; the steady window {a}-{b} may still hold the restore's slow steps"
+        )
     nodes = {e.node for e in s.log.entries if e.node is not None}
     # Fewer prefixes than nodes means a node logged nothing; more is fine
     # (1-GPU-per-process launches label every process).
@@ -318,6 +397,9 @@ def to_dict(s: Summary) -> dict:
             for p in s.points
         ],
         "warnings": s.warnings,
+        "first_step": s.first_step,
+        "steady_moved_from": s.nominal_start,
+        "notes": s.notes,
     }
 
 
@@ -364,6 +446,7 @@ def format_table(s: Summary) -> str:
         lines.append(f"TGS: n/a ({_no_steady_reason(s)})")
     if s.final_loss is not None:
         lines.append(f"final loss: {s.final_loss:.3f}")
+    lines.extend(f"note: {n}" for n in s.notes)
     lines.extend(f"warning: {w}" for w in s.warnings)
     return "\n".join(lines)
 

@@ -8,7 +8,9 @@ and through its log and job dir on the shared filesystem, and emits what is new:
     hang         the watchdog's marker (<job dir>/hang/HANG), with where the stacks are
     stalled      no new step for --stall seconds while the job runs and no watchdog marker (the watchdog
                  could not run, or is off): the monitor's own hang check
-    tgs-drop     the median TGS of the last steps fell more than --tgs-drop % below the job's own steady state
+    tgs-drop     the median TGS of the last steps fell more than --tgs-drop % below the attempt's own steady
+                 state (`jobkit tgs`'s window: after this attempt's warm-up and restore) and stayed there over
+                 two polls and two separate windows of steps: a burst of load on a shared host is not news
     verdict      the end-of-run line (`... — PASS` / `— FAIL (class)` / `— STOPPED early`)
     failure      the failure class, its evidence line and the host it blames (as `jobkit why`)
     requeued     the job was submitted again (its `== REQUEUED as job N` line); the new job is followed too
@@ -43,7 +45,7 @@ from pathlib import Path
 
 import click
 
-from jobkit.core import clitypes, failures, files, logparse, procfs, slurm
+from jobkit.core import clitypes, failures, files, logparse, procfs, slurm, tgs
 from jobkit.core.errors import EXIT_USAGE, JobkitError
 from jobkit.core.paths import workspace
 from jobkit.ops import hang_watchdog, notify, requeue
@@ -106,8 +108,9 @@ def find_log(ws: Path, job_id: str) -> Path | None:
     return found[0] if found else None
 
 
-# Rank 0's TGS values the monitor keeps per job: the first steady ones (its reference) and the latest ones.
-STEADY_FROM, WINDOW = 5, 10
+# Rank 0's TGS values the monitor keeps per job (each attempt is a job of its own): the steps of its steady
+# window's horizon (`tgs.settle`'s, for the reference) and the latest WINDOW steps. The window is `jobkit tgs`'s.
+STEADY_FROM, WINDOW = tgs.DEFAULT_STEADY[0], tgs.DEFAULT_STEADY[1] - tgs.DEFAULT_STEADY[0] + 1
 # Most bytes of new log read in one poll: a job that printed more catches up over the next polls.
 READ_LIMIT = 64 << 20
 
@@ -118,9 +121,10 @@ def follow_log(record: dict, path: Path) -> logparse.JobLog:
     TGS values, JOB SUMMARY. Returns a JobLog view of the job with this poll's new rank-0 entries."""
     offset = record.get("offset", 0)
     size = path.stat().st_size
-    if size < offset:  # the log was replaced (rewritten by hand): start over
+    if size < offset:  # the log was replaced (rewritten by hand): start over, its steady state too
         offset = 0
-        record.pop("header", None)
+        for key in ("header", "first_step", "tgs_horizon", "tgs_ref", "tgs_last", "low_from", "tgs_low"):
+            record.pop(key, None)
     with path.open("rb") as fh:
         fh.seek(offset)
         chunk = fh.read(min(size - offset, READ_LIMIT))
@@ -135,16 +139,16 @@ def follow_log(record: dict, path: Path) -> logparse.JobLog:
     entries = [e for e in new.entries if e.node in (None, 0)]
     if entries:
         record.setdefault("first_step", entries[0].step)
-        first = record["first_step"]
-        steady = record.setdefault("tgs_steady", [])
-        recent = record.setdefault("tgs_recent", [])
+        horizon_end = record["first_step"] + STEADY_FROM + 2 * WINDOW
+        horizon = record.setdefault("tgs_horizon", [])
+        last = record.setdefault("tgs_last", [])
         for e in entries:
-            if not e.tgs:
+            if not (tgs.finite(e.tgs) and e.tgs > 0):  # inf, nan and 0 say nothing of the rate
                 continue
-            if e.step >= first + STEADY_FROM and len(steady) < WINDOW:
-                steady.append(e.tgs)
-            recent.append(e.tgs)
-        del recent[:-WINDOW]
+            if e.step < horizon_end and "tgs_ref" not in record:
+                horizon.append([e.step, e.tgs])
+            last.append([e.step, e.tgs])
+        del last[:-WINDOW]
     log = logparse.JobLog(str(path))
     log.header = dict(record.get("header", {}))
     log.entries = entries
@@ -152,21 +156,43 @@ def follow_log(record: dict, path: Path) -> logparse.JobLog:
     return log
 
 
-def steady_reference(record: dict) -> float | None:
-    """Median TGS of the job's first steady steps (rank 0's), or None before there are enough."""
-    values = record.get("tgs_steady", [])
-    return statistics.median(values) if len(values) >= WINDOW else None
+def steady_reference(record: dict) -> list | None:
+    """[median TGS, first step, last step] of this attempt's steady window (rank 0's), or None before it is known.
+
+    The window is `jobkit tgs`'s: STEADY_FROM steps past the attempt's first step, and for a resumed attempt
+    (first step not 0) moved past the steps still slow after the restore (`tgs.settle`, which needs its whole
+    horizon of 2*WINDOW steps first). Fixed once known, kept in RECORD."""
+    if record.get("tgs_ref"):
+        return record["tgs_ref"]
+    if "first_step" not in record:
+        return None
+    first = record["first_step"]
+    horizon = [(step, value) for step, value in record.get("tgs_horizon", [])]
+    start = first + STEADY_FROM
+    if not horizon or horizon[-1][0] < start + (2 * WINDOW if first else WINDOW) - 1:
+        return None
+    if first:
+        start = tgs.settle(horizon, start, WINDOW)[0]
+    values = [value for step, value in horizon if start <= step < start + WINDOW]
+    if not values:
+        return None
+    record["tgs_ref"] = [statistics.median(values), start, start + WINDOW - 1]
+    record.pop("tgs_horizon", None)  # its work is done
+    return record["tgs_ref"]
 
 
-def recent_tgs(record: dict) -> float | None:
-    values = record.get("tgs_recent", [])
-    return statistics.median(values) if len(values) >= WINDOW else None
+def recent_tgs(record: dict, after: int) -> float | None:
+    """Median TGS of the last WINDOW steps, when all of them came after step AFTER (the reference's end)."""
+    values = record.get("tgs_last", [])
+    if len(values) < WINDOW or values[0][0] <= after:
+        return None
+    return statistics.median(value for _, value in values)
 
 
 # -------------------------------------------------------------------------------------------- the monitor
 
 
-_RECORD_NUMBERS = ("offset", "first_step", "last_step", "last_step_at", "summary_at", "drops")
+_RECORD_NUMBERS = ("offset", "first_step", "last_step", "last_step_at", "summary_at", "drops", "low_from")
 
 
 def _state_problem(state) -> str | None:
@@ -186,12 +212,18 @@ def _state_problem(state) -> str | None:
             and isinstance(record.get("seen"), list)
             and isinstance(record.get("state"), str | None)
             and isinstance(record.get("header", {}), dict)
-            and all(isinstance(record.get(k, []), list) for k in ("tgs_steady", "tgs_recent"))
+            and all(isinstance(record.get(k, []), list) for k in ("tgs_horizon", "tgs_last", "tgs_ref"))
+            and all(_is_pairs(record.get(k, [])) for k in ("tgs_horizon", "tgs_last"))
             and all(isinstance(record.get(k, 0), number) for k in _RECORD_NUMBERS)
         ):
             return f"job {job_id}'s record is not one the monitor wrote"
     state.setdefault("follow", [])
     return None
+
+
+def _is_pairs(values: list) -> bool:
+    """[[step, TGS], ...] as the monitor writes them (a state file from before issue 23 held bare numbers)."""
+    return all(isinstance(v, list) and len(v) == 2 and all(isinstance(x, int | float) for x in v) for v in values)
 
 
 class Monitor:
@@ -372,23 +404,42 @@ class Monitor:
                 "stalled",
                 f"{who}no new step for {since:.0f} s since step {record['last_step']} (and no watchdog report)",
             )
-        ref, now = steady_reference(record), recent_tgs(record)
-        if ref and now and log.footer_status is None:
-            if now < ref * (1 - self.tgs_drop / 100):
-                if not record.get("tgs_low"):
-                    record["tgs_low"] = True
-                    record["drops"] = record.get("drops", 0) + 1
-                    events += self._emit(
-                        record,
-                        job_id,
-                        f"tgs-drop:{record['drops']}",
-                        "tgs-drop",
-                        f"{who}TGS {now:,.0f}/device over the last steps, {100 * (1 - now / ref):.0f}% below its "
-                        f"steady state {ref:,.0f} (step {record['last_step']})",
-                    )
-            else:
-                record["tgs_low"] = False  # recovered: the next drop is news again
+        if log.footer_status is None:
+            events += self._look_at_tgs(job_id, record, who)
         return events
+
+    def _look_at_tgs(self, job_id: str, record: dict, who: str) -> list[Event]:
+        """tgs-drop, once per drop: only against this attempt's own steady state (none before it has one), and
+        only when the drop held at two polls over two separate windows of steps. A poll that first sees the
+        median of the last WINDOW steps low only notes the step (`low_from`); a later poll whose last WINDOW steps
+        all came after that step, and are low too, alerts. Steps, not seconds: it does not matter how often the
+        monitor polls, and a burst that one poll's read caught whole is never more than a suspicion."""
+        ref = steady_reference(record)
+        now = recent_tgs(record, ref[2]) if ref else None
+        if ref is None or now is None:
+            return []
+        level, first, last = ref
+        if now >= level * (1 - self.tgs_drop / 100):
+            record.pop("low_from", None)
+            record["tgs_low"] = False  # recovered: the next drop is news again
+            return []
+        step = record["tgs_last"][-1][0]
+        if "low_from" not in record:
+            record["low_from"] = step  # suspected: news only if the next poll's own steps say so too
+            return []
+        if record.get("tgs_low") or record["tgs_last"][0][0] <= record["low_from"]:
+            return []
+        record["tgs_low"] = True
+        record["drops"] = record.get("drops", 0) + 1
+        return self._emit(
+            record,
+            job_id,
+            f"tgs-drop:{record['drops']}",
+            "tgs-drop",
+            f"{who}TGS {now:,.0f}/device over steps {record['tgs_last'][0][0]}-{step}, "
+            f"{100 * (1 - now / level):.0f}% below its steady state {level:,.0f} (steps {first}-{last}); "
+            f"low since step {record['low_from']}",
+        )
 
     def _look_at_end(
         self, job_id: str, record: dict, log: logparse.JobLog, log_path: Path, state: str | None, who: str
