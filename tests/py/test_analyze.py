@@ -254,6 +254,7 @@ def test_an_empty_or_corrupt_tsdb_is_reported_not_a_traceback(ray_job, tmp_path,
         assert doc["hosts"]["why_not"] == "the job's prometheus/ dir holds no TSDB data (no WAL, no block)"
     else:
         assert doc["hosts"]["why_not"].startswith("promtool could not read"), doc["hosts"]["why_not"]
+        assert "also, block 01ZZZZZZZZZZZZZZZZZZZZZZZZ of " in doc["hosts"]["why_not"]  # its meta.json is no JSON
     assert doc["steps"]["logged"] == 40  # the rest of the analysis is still there
 
 

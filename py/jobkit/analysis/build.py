@@ -82,7 +82,7 @@ def _read_tsdb(facts: JobFacts) -> tuple[dict, str | None, str | None, str | Non
     try:
         data = tsdb_dump.read(str(where), hosts.hosts_families())
     except tsdb_dump.TsdbReadError as e:
-        return {}, str(where), f"{damage}; and {e}" if damage else str(e), damage
+        return {}, str(where), f"{e}; also, {damage}" if damage else str(e), damage
     if not data:
         return {}, str(where), damage or "the TSDB holds none of the exporter's or Ray's host series", damage
     return data, str(where), None, damage
