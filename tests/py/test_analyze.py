@@ -254,6 +254,7 @@ def test_an_empty_or_corrupt_tsdb_is_reported_not_a_traceback(ray_job, tmp_path,
         assert doc["hosts"]["why_not"] == "the job's prometheus/ dir holds no TSDB data (no WAL, no block)"
     else:
         assert doc["hosts"]["why_not"].startswith("promtool could not read"), doc["hosts"]["why_not"]
+        assert "also, block 01ZZZZZZZZZZZZZZZZZZZZZZZZ of " in doc["hosts"]["why_not"]  # its meta.json is no JSON
     assert doc["steps"]["logged"] == 40  # the rest of the analysis is still there
 
 
@@ -485,3 +486,54 @@ def test_compare_keeps_a_value_that_merely_contains_the_job_id_digits(tmp_path):
     env = compare._environment(job_dir, ("5", "JAX-tiny", str(job_dir)))
     assert env["env:CLOUD_SDK_VERSION"] == "528.0.0" and env["env:PORT_BASE"] == "15000"
     assert "env:RUN_DIR" not in env and "env:STEP_TAG" not in env  # these do name job 5
+
+
+def _synthetic_job(ws, job_id, seed="1"):
+    """bench/make_synthetic_job.py's finished 2-node RAY=1 job (node1, node2): its job dir, whose TSDB holds one
+    block made by promtool and an empty wal/."""
+    made = subprocess.run(
+        [os.sys.executable, str(REPO / "bench" / "make_synthetic_job.py"), str(ws), "--nodes", "2", "--steps", "40",
+         "--hours", "0.05", "--id", job_id, "--seed", seed],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert made.returncode == 0, made.stderr
+    return next(p for p in ws.iterdir() if p.is_dir() and p.name.startswith(f"{job_id}-"))
+
+
+@pytest.mark.parametrize("healthy_blocks", [0, 1])
+def test_a_block_with_a_damaged_meta_json_is_named_with_its_fix_not_called_no_data(
+    prometheus_installed, tmp_path, healthy_blocks
+):
+    """an11: promtool skips a block whose meta.json is damaged (here random bytes, as the report did), and the
+    analysis said "the TSDB holds none of the exporter's or Ray's host series". It names the block and the fix
+    now; what the healthy blocks hold is still analysed. The job dir stays byte-identical."""
+    ws = tmp_path / "ws"
+    job_dir = _synthetic_job(ws, "778")
+    tsdb = job_dir / "prometheus"
+    (damaged,) = [d for d in tsdb.iterdir() if (d / "meta.json").is_file()]
+    if healthy_blocks:  # a second block with the same hosts: another synthetic job's
+        other = _synthetic_job(tmp_path / "other", "779", seed="2")
+        (block,) = [d for d in (other / "prometheus").iterdir() if (d / "meta.json").is_file()]
+        shutil.copytree(block, tsdb / block.name)
+    (damaged / "meta.json").write_bytes(bytes(range(256)) * 2)
+    before = {**tree(job_dir), "": (job_dir.stat().st_mtime_ns,)}
+
+    result = analyze(ws, "778", "--output", str(tmp_path / "out"))
+    assert result.exit_code == 0 and result.exception is None, result.output
+    doc = json.loads((tmp_path / "out" / "analysis.json").read_text())
+    said = (
+        f"block {damaged.name} of {tsdb} is damaged (meta.json is not JSON): Prometheus and promtool skip it, so "
+        "its samples are missing"
+    )
+    fix = f'cp -a {tsdb} /tmp/tsdb-copy; the job dir is evidence) write {{"ulid": "<block>", "minTime"'
+    if healthy_blocks:
+        assert doc["hosts"]["available"] and doc["hosts"]["names"] == ["node1", "node2"], doc["hosts"]["why_not"]
+        (part,) = [m for m in doc["missing"] if m["panel"] == "per-host resources (part)"]
+        assert part["why"].startswith(said) and fix in part["why"], part
+    else:
+        assert doc["hosts"]["available"] is False
+        assert doc["hosts"]["why_not"].startswith(said) and fix in doc["hosts"]["why_not"], doc["hosts"]["why_not"]
+        assert "holds none" not in result.output
+    assert f"missing per-host resources{' (part)' if healthy_blocks else ''}: {said}" in result.output
+    assert doc["steps"]["logged"] == 40  # the log's part is all there
+    assert {**tree(job_dir), "": (job_dir.stat().st_mtime_ns,)} == before

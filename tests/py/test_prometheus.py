@@ -438,3 +438,53 @@ def test_an_unreadable_tsdb_is_listed_as_such_and_view_says_permission_denied(wo
         )
     finally:
         tsdb.chmod(0o755)
+
+
+def test_view_names_a_damaged_block_with_its_fix_and_still_serves_the_rest(stopped_tsdb):
+    """pr10: a block whose meta.json is random bytes is skipped by Prometheus; view said only "prometheus reports
+    a problem" and "data: no data yet". It names the block and the fix before it starts, and what the WAL holds
+    is still served."""
+    ulid = "01JD2X3Y4Z5A6B7C8D9E0F1G2H"
+    _block(stopped_tsdb, ulid, bytes(range(256)) * 2)
+    view = View(stopped_tsdb, free_port())
+    try:
+        assert view.query(f"count_over_time({METRIC}[1h])", time.time())[0]["value"][1] != "0"
+    finally:
+        rc, err = view.stop()
+    (data,) = [line for line in view.header if "data:" in line]
+    assert "(and 1 damaged block(s)" in data and "no data" not in data, data
+    assert rc == 0, err
+    warning = f"[Prometheus] WARNING: block {ulid} of {stopped_tsdb} is damaged (meta.json is not JSON): "
+    assert err.count(warning) == 1, err
+    assert "prometheus reports a problem" not in err  # Prometheus's own line about it is not repeated
+
+
+@pytest.mark.parametrize(
+    ("text", "why"),
+    [
+        (None, "no meta.json"),
+        (b"", "meta.json is empty"),
+        (b"\x00\x01garbage\x00", "meta.json is not JSON"),
+        (b'{"ulid": "x", "minTime": 1, "maxTi', "meta.json is not JSON"),
+        (b"[1, 2]", "meta.json is not a JSON object"),
+        (b'{"minTime": 1.5, "maxTime": 2, "version": 1}', "meta.json has no whole-number minTime"),
+        (b'{"minTime": 1, "maxTime": 2, "version": 2}', "meta.json has version 2, not 1"),
+        (b'{"minTime": 1000, "maxTime": 2000, "version": 1}', None),
+    ],
+    ids=["missing", "empty", "nul", "cut", "list", "float", "version", "ok"],
+)
+def test_one_check_says_which_blocks_prometheus_would_skip(workspace, text, why):
+    """`jobkit tsdb blocks` is what list's range text, view and `jobkit analyze` ask (jobkit.observe.tsdb_blocks):
+    a ULID-named dir whose meta.json Prometheus cannot use is damaged; other dirs are not blocks."""
+    ulid = "01JD2X3Y4Z5A6B7C8D9E0F1G2H"
+    tsdb = workspace / "777-x" / "prometheus"
+    (tsdb / "wal").mkdir(parents=True)
+    (tsdb / "not-a-block").mkdir()
+    (tsdb / ulid).mkdir()
+    if text is not None:
+        (tsdb / ulid / "meta.json").write_bytes(text)
+    proc = subprocess.run(["jobkit", "tsdb", "blocks", str(tsdb)], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0 and proc.stderr == "", proc.stderr
+    assert proc.stdout == (f"{ulid} damaged {why}\n" if why else f"{ulid} ok 1000 2000\n")
+    listed = sh("list").stdout
+    assert listed.endswith("damaged: 1 block meta.json cannot be read\n" if why else "\n"), listed

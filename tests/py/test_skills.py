@@ -417,6 +417,49 @@ jobkit sweep batch --not-shell-so-unchecked
 """
 
 
+SCHEDULER = {"squeue", "sacct", "sinfo", "srun", "sbatch", "scontrol", "scancel"}
+POST_MORTEM_HEADING = "## 5. Post-mortem once the cluster is gone"
+
+
+def _words(command: Command) -> tuple[str, ...]:
+    stripped = strip_prefixes(command)
+    return stripped.words if stripped else ()
+
+
+def test_the_post_mortem_path_reads_the_job_files_not_the_scheduler():
+    """issue 23: the skills had no path for a post-mortem once the cluster is gone (sacct, sinfo, srun fail).
+    run-and-triage's section 5 is that path: it runs no scheduler command, and each tool it names is one whose
+    flags the checker above verifies against its --help."""
+    text = (SKILLS / "run-and-triage" / "SKILL.md").read_text()
+    assert POST_MORTEM_HEADING in text
+    section = text.split(POST_MORTEM_HEADING, 1)[1].split("\n## ", 1)[0]
+    commands = [_words(c) for _, body in shell_blocks(section, "post-mortem") for c in split_commands(body)]
+    assert not {w[0] for w in commands if w} & SCHEDULER, commands
+    used = {" ".join(w[:2]) for w in commands if w}
+    for tool in ("jobkit jobs", "jobkit tail", "jobkit why", "jobkit tgs", "jobkit analyze"):
+        assert f".venv/bin/{tool}" in used, (tool, used)
+    assert {"utils/prometheus.sh list", "utils/prometheus.sh view"} <= used, used
+    assert problems_in(section) == []
+    for skill in ("job-monitoring", "node-health", "tsdb-diagnosis"):  # each says where to go instead
+        body = (SKILLS / skill / "SKILL.md").read_text()
+        assert "cluster is gone" in body, skill
+
+
+def test_a_job_id_given_to_tail_jobs_or_analyze_comes_with_its_workspace():
+    """`jobkit tail 2` without JOB_WORKSPACE printed another job of outputs/ (issue 23): every skill example
+    that names a job by id (not by a path) passes --workspace, and `jobkit jobs` does too."""
+    missing = []
+    for doc in documents():
+        for command in commands_of(doc):
+            words = _words(command)
+            if len(words) < 2 or os.path.basename(words[0]) != "jobkit" or words[1] not in ("tail", "jobs", "analyze"):
+                continue
+            by_path = any("/" in w or w.startswith("$JOB_WORKSPACE") for w in words[2:3])
+            if "--workspace" not in words and not by_path:
+                missing.append(f"{command.where}: {' '.join(words)}")
+    assert missing == []
+
+
 def test_checker_reports_made_up_commands_and_flags():
     problems = "\n".join(problems_in(SELF_TEST))
     for expected in ("no option --no-such-flag", "no subcommand 'frobnicate'", "no option --bogus-sbatch",

@@ -31,7 +31,8 @@
 #   dir path. 1 with one error line when nothing or several match.
 # prometheus_range_text TSDB
 #   Prints "YYYY-mm-dd HH:MM:SS .. YYYY-mm-dd HH:MM:SS" of the data in TSDB, or "no data yet"; a block whose
-#   meta.json cannot be read (a NUL byte, no minTime/maxTime) is counted as damaged and said so.
+#   meta.json Prometheus would skip (`jobkit tsdb blocks`: unreadable, not JSON, no whole-number minTime/maxTime,
+#   not version 1) is counted as damaged and said so.
 # prometheus_serving_pid TSDB
 #   Prints the PID from TSDB/prometheus.pid when that process is a prometheus serving TSDB; else 1.
 #
@@ -159,35 +160,22 @@ _prom_is_tsdb() {
 
 _prom_fmt_time() { date -d "@$1" '+%Y-%m-%d %H:%M:%S'; }
 
-# _prom_meta_text META: prints a block's meta.json; 1 when it cannot be read or holds a NUL byte (damaged: its
-# text never goes through bash's $(<...), which would warn "ignored null byte" on the user's terminal).
-_prom_meta_text() {
-  local size text_size
-  size=$(wc -c <"$1" 2>/dev/null) || return 1
-  text_size=$(tr -d '\0' <"$1" | wc -c)
-  ((size == text_size)) || return 1
-  cat -- "$1"
-}
-
 # _prom_time_range TSDB: prints "MIN MAX DAMAGED": the time range of the data (epoch seconds; "- -" when there
-# is none) from block meta.json and WAL/head-chunk file times, and how many block meta.json cannot be read
-# (unreadable, a NUL byte, no minTime/maxTime).
+# is none) from the blocks' meta.json and the WAL/head-chunk file times, and how many blocks are damaged. Which
+# block is damaged is decided in one place for every reader, `jobkit tsdb blocks` (jobkit.observe.tsdb_blocks:
+# the meta.json Prometheus would skip), so list, view and `jobkit analyze` agree.
 _prom_time_range() {
-  local dir=$1 min='' max='' meta text t f damaged=0
-  local re_min='"minTime":[[:space:]]*([0-9]+)' re_max='"maxTime":[[:space:]]*([0-9]+)'
-  for meta in "$dir"/*/meta.json; do
-    [[ -f $meta ]] || continue
-    if ! text=$(_prom_meta_text "$meta") || [[ ! $text =~ $re_min || ! $text =~ $re_max ]]; then
+  local dir=$1 min='' max='' name state t0 t1 t f damaged=0
+  while read -r name state t0 t1; do
+    if [[ $state != ok || ! $t0 =~ ^-?[0-9]+$ || ! $t1 =~ ^-?[0-9]+$ ]]; then
       damaged=$((damaged + 1))
       continue
     fi
-    [[ $text =~ $re_min ]]
-    t=$((BASH_REMATCH[1] / 1000))
+    t=$((t0 / 1000))
     [[ -z $min || $t -lt $min ]] && min=$t
-    [[ $text =~ $re_max ]]
-    t=$((BASH_REMATCH[1] / 1000))
+    t=$((t1 / 1000))
     [[ -z $max || $t -gt $max ]] && max=$t
-  done
+  done < <("$(proc_jobkit)" tsdb blocks "$dir" 2>/dev/null)
   if [[ -d $dir/wal ]]; then
     # the WAL starts when wal/ was created (birth time; else its oldest file) and ends at its last write
     t=$(stat -c %W "$dir/wal" 2>/dev/null) || t=0

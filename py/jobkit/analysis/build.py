@@ -18,6 +18,7 @@ from pathlib import Path
 from jobkit.analysis import anomalies, hosts, tsdb_dump
 from jobkit.analysis.job import JobFacts, mfu_note, provenance
 from jobkit.core import tgs
+from jobkit.observe import tsdb_blocks
 from jobkit.ops.hang_watchdog import MARKER_NAME
 
 SCHEMA = 1
@@ -61,8 +62,9 @@ def _tsdb_dir(job_dir: Path) -> Path | None:
     return None
 
 
-def _read_tsdb(facts: JobFacts) -> tuple[dict, str | None, str | None]:
-    """(series, tsdb path, why there are none)."""
+def _read_tsdb(facts: JobFacts) -> tuple[dict, str | None, str | None, str | None]:
+    """(series, tsdb path, why there are none, which blocks are damaged). promtool skips a block whose meta.json
+    is damaged: the series are what the healthy blocks hold, and the damage is named, never "no data"."""
     ray = facts.header.get("RAY", "0") == "1"
     where = _tsdb_dir(facts.job_dir)
     if where is None:
@@ -71,16 +73,19 @@ def _read_tsdb(facts: JobFacts) -> tuple[dict, str | None, str | None]:
                 {},
                 str(facts.job_dir / "prometheus"),
                 "the job's prometheus/ dir holds no TSDB data (no WAL, no block)",
+                None,
             )
         why = "the job ran without RAY=1, so no metrics were scraped" if not ray else "the job has no prometheus/ dir"
-        return {}, None, why
+        return {}, None, why, None
+    bad = tsdb_blocks.damaged(str(where))
+    damage = tsdb_blocks.damage_text(str(where), bad) if bad else None
     try:
         data = tsdb_dump.read(str(where), hosts.hosts_families())
     except tsdb_dump.TsdbReadError as e:
-        return {}, str(where), str(e)
+        return {}, str(where), f"{e}; also, {damage}" if damage else str(e), damage
     if not data:
-        return {}, str(where), "the TSDB holds none of the exporter's or Ray's host series"
-    return data, str(where), None
+        return {}, str(where), damage or "the TSDB holds none of the exporter's or Ray's host series", damage
+    return data, str(where), None, damage
 
 
 def _job_section(facts: JobFacts) -> dict:
@@ -195,7 +200,7 @@ def _hang(facts: JobFacts) -> dict | None:
 
 
 def build(facts: JobFacts) -> Analysis:
-    data, tsdb_path, tsdb_why = _read_tsdb(facts)
+    data, tsdb_path, tsdb_why, damage = _read_tsdb(facts)
     lines = {res.key: hosts.host_lines(data, res) for res in hosts.RESOURCES} if data else {}
     errors = hosts.error_increases(data) if data else []
     found, counts = anomalies.find(facts, lines, errors)
@@ -203,6 +208,8 @@ def build(facts: JobFacts) -> Analysis:
     if tsdb_why:
         missing.append({"panel": "per-host resources", "why": tsdb_why})
     else:
+        if damage:  # the healthy blocks' series are shown; the damaged blocks' part is named, not passed over
+            missing.append({"panel": "per-host resources (part)", "why": damage})
         for res in hosts.RESOURCES:
             if not lines.get(res.key):
                 names = ", ".join(res.metrics)

@@ -10,6 +10,8 @@ backfill run wherever the job's files are (a login node after the job).
   promserver    a throwaway Prometheus on a TSDB: 127.0.0.1, waited for, stopped by PID
   tsdb          `jobkit tsdb view`: a finished job's TSDB, browsed
   tsdb_wal      the WAL check that runs before Prometheus may repair a WAL
+  tsdb_blocks   a TSDB's blocks and which are damaged (meta.json Prometheus would skip): the one check for
+                `prometheus.sh list`/`view` and `jobkit analyze` (`jobkit tsdb blocks`)
   ray_driver    `jobkit ray-launch`: the driver side (one actor per node, follow, stop)
   ray_actor     the per-node actor that runs the command as a plain subprocess
   ray_watchdog  KILLs the command's process group if its actor dies (run by file path: stdlib only, stays

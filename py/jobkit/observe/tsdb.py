@@ -1,6 +1,8 @@
 """`jobkit tsdb`: a finished job's Prometheus TSDB, browsed with a throwaway Prometheus.
 
   jobkit tsdb view TSDB [--port P] [--data-range TEXT]
+  jobkit tsdb blocks TSDB
+
 
 utils/prometheus.sh view resolves what the user typed (job id prefix, job dir, prometheus/ dir) to TSDB and runs
 this in the foreground. It serves TSDB on 127.0.0.1, port P (default $PROMETHEUS_PORT, else 9190) or the next
@@ -11,7 +13,12 @@ PID (exit 0).
 Before anything touches TSDB it checks the WAL (jobkit.observe.tsdb_wal): Prometheus would silently truncate a damaged
 one at start-up, so a damaged WAL is refused with one line naming the segment, the offset and what to do. A
 start that fails leaves TSDB as it was (jobkit.observe.promserver removes what the attempt added). Prometheus has no
-read-only mode: a healthy WAL may still be compacted into blocks in place (the samples are kept).
+read-only mode: a healthy WAL may still be compacted into blocks in place (the samples are kept). A block whose
+meta.json is damaged (jobkit.observe.tsdb_blocks) is skipped by Prometheus: view says which one, and the fix, before
+it starts.
+
+`blocks` prints one line per block of TSDB, "ULID ok MIN_MS MAX_MS" or "ULID damaged WHY": the check that
+utils/lib/prometheus.sh's list and range text use, so that all readers call the same blocks damaged.
 
 Errors are one line on stderr (``jobkit tsdb view: ...``), exit 1; bad arguments exit 2.
 """
@@ -25,7 +32,7 @@ import click
 
 from jobkit.core.errors import JobkitError
 from jobkit.core.tunnel import tunnel_hint
-from jobkit.observe import promserver, tsdb_wal
+from jobkit.observe import promserver, tsdb_blocks, tsdb_wal
 
 DEFAULT_PORT = 9190
 
@@ -81,6 +88,9 @@ def view(tsdb, port, data_range):
             "would truncate it there at start-up, so nothing was started or changed. To browse the rest, view a "
             f"copy: cp -a {tsdb} /tmp/tsdb-copy && utils/prometheus.sh view /tmp/tsdb-copy",
         )
+    bad = tsdb_blocks.damaged(tsdb)
+    if bad:
+        _say(f"WARNING: {tsdb_blocks.damage_text(tsdb, bad)}")
     try:
         binary = promserver.find_binary()
     except promserver.PromServerError as e:
@@ -106,10 +116,18 @@ def view(tsdb, port, data_range):
         )
     except promserver.PromServerError as e:
         raise JobkitError("tsdb view", str(e)) from None
-    _serve_until_stopped(server, tsdb, data_range)
+    _serve_until_stopped(server, tsdb, data_range, said_damaged=bool(bad))
 
 
-def _serve_until_stopped(server, tsdb, data_range):
+@group.command("blocks")
+@click.argument("tsdb", type=click.Path(exists=True, file_okay=False))
+def blocks(tsdb):
+    """One line per block of TSDB: "ULID ok MIN_MS MAX_MS" or "ULID damaged WHY"."""
+    for b in tsdb_blocks.blocks(tsdb):
+        click.echo(f"{b.name} damaged {b.damage}" if b.damage else f"{b.name} ok {b.min_ms} {b.max_ms}")
+
+
+def _serve_until_stopped(server, tsdb, data_range, said_damaged=False):
     stopping = []
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, lambda signum, _frame: stopping.append(signum))
@@ -117,13 +135,18 @@ def _serve_until_stopped(server, tsdb, data_range):
     with open(server.log_path, errors="replace") as f:
         # data it could not read (e.g. blocks of another Prometheus version) is skipped with an error line
         problem = next((ln for ln in f if "level=error" in ln or "level=fatal" in ln), None)
-    if problem:
+    if problem and not (said_damaged and "meta.json" in problem):  # that one was named above, with its fix
         _say(f"WARNING: prometheus reports a problem with this TSDB (some data may be missing): {problem.strip()}")
     port = server.port
+    data = data_range or "see the graph"
+    if " .. " in data_range:  # a range, not "no data yet" or "damaged: ..."
+        data += "  (set the graph's end time inside this range)"
+    elif said_damaged:
+        data += " (see the WARNING above)"
     click.echo(
         f"Prometheus for {tsdb}\n"
         f"  URL:        http://127.0.0.1:{port}\n"
-        f"  data:       {data_range or 'see the graph'}  (set the graph's end time inside this range)\n"
+        f"  data:       {data}\n"
         f"  from your laptop:  {tunnel_hint(port)}   then open http://localhost:{port}\n"
         f"  log:        {server.log_path}\n"
         "Ctrl-C stops it."
