@@ -427,3 +427,46 @@ def test_stall_and_tgs_drop_must_be_finite(tmp_path, option, value):
     assert result.exit_code == 2, result.output
     assert f"Invalid value for '{option}'" in result.output
     assert list(tmp_path.iterdir()) == []
+
+
+OFF_LINE = "0: [observability] metrics are off: prometheus.sh: apt-get install prometheus failed (training goes on)\n"
+
+
+def test_a_ray_job_whose_metrics_are_off_is_told_once_with_the_reason_and_is_no_failure(env):
+    ws, slurm = env
+    slurm.set("600|RUNNING\n610|RUNNING\n620|RUNNING\n")
+    for job_id in ("600", "610", "620"):
+        log = write_log(ws, job_id, steps=range(3))
+        head = "RAY=1\n" + OFF_LINE if job_id == "600" else "RAY=1\n" if job_id == "610" else ""
+        log.write_text(log.read_text().replace("MAX_RETRIES", head + "MAX_RETRIES", 1))
+    (ws / "610-tiny" / "prometheus" / "wal").mkdir(parents=True)  # 610 has its TSDB; 620 never asked (no RAY)
+    events = poll("600", "610", "620")
+    off = [e for e in events if e[1] == "metrics-off"]
+    assert off == [
+        (
+            "600",
+            "metrics-off",
+            "(tiny 2N) RAY=1 but metrics are off: prometheus.sh: apt-get install prometheus failed "
+            f"(no TSDB in {ws}/600-tiny/prometheus)",
+        )
+    ]
+    assert not monitor.is_failure(monitor.Event(*off[0])), "a warning: the job trains on"
+    write_log(ws, "600", steps=range(6)).write_text(
+        (ws / "600-tiny.log").read_text().replace("MAX_RETRIES", "RAY=1\n" + OFF_LINE + "MAX_RETRIES", 1)
+    )
+    assert [e for e in poll("600", "610", "620") if e[1] == "metrics-off"] == [], "once per job"
+
+
+def test_a_ray_job_without_a_tsdb_or_a_reason_is_told_at_its_end_not_while_it_runs(env):
+    ws, slurm = env
+    slurm.set("630|RUNNING\n")
+    log = write_log(ws, "630", steps=range(3))
+    log.write_text(log.read_text().replace("MAX_RETRIES", "RAY=1\nMAX_RETRIES", 1))
+    assert [e for e in poll("630") if e[1] == "metrics-off"] == [], "its TSDB may still come"
+    write_log(ws, "630", steps=range(3), status="SUCCESS")
+    log.write_text(log.read_text().replace("MAX_RETRIES", "RAY=1\nMAX_RETRIES", 1))
+    slurm.set("", "630|COMPLETED\n")
+    assert [e for e in poll("630") if e[1] == "metrics-off"] == [
+        ("630", "metrics-off", f"(tiny 2N) RAY=1 but metrics are off: no TSDB, and the log says no reason "
+         f"(no TSDB in {ws}/630-tiny/prometheus)")
+    ]  # fmt: skip
