@@ -250,3 +250,37 @@ def test_tail_follows_a_growing_log(workspace):
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+
+
+@NEEDS_ROOT
+def test_metrics_state_lists_each_log_marks_an_unreadable_one_and_goes_on(workspace):
+    off = workspace / "31-JAX-tiny-pre1.log"
+    off.write_text(off.read_text().replace("JOB_ID=31", "JOB_ID=31\nRAY=true", 1))
+    closed = workspace / "50-JAX-tiny.log"
+    closed.write_text("JOB_ID=50\nNNODES=1\nRAY=1\n")
+    os.utime(closed, (1_700_000_000, 1_700_000_000))  # the oldest
+    closed.chmod(0)
+    try:
+        result = jobkit_without_root_powers("metrics-state", "--workspace", str(workspace))
+        only_off = jobkit_without_root_powers("metrics-state", "--workspace", str(workspace), "--off")
+    finally:
+        closed.chmod(0o644)
+    assert result.returncode == 0, result.stderr
+    assert sorted(result.stdout.splitlines()) == [
+        "31-JAX-tiny-pre1  off  no TSDB: no TSDB, and the log says no reason",
+        f"50-JAX-tiny  ?  cannot read {closed}: Permission denied",
+        "local_20261122_054800_ab12-JAX-tiny  -  RAY=1 not asked",
+        "local_20261122_055000_ef56-JAX-tiny-no_such_key_1  -  RAY=1 not asked",
+    ]
+    assert only_off.stdout.splitlines() == [
+        f"50-JAX-tiny  ?  cannot read {closed}: Permission denied",
+        "31-JAX-tiny-pre1  off  no TSDB: no TSDB, and the log says no reason",
+    ], "oldest first"
+
+
+def test_metrics_state_summary_takes_one_job_log(workspace):
+    two = run("metrics-state", "--summary", str(workspace / "31-JAX-tiny-pre1.log"), str(workspace / "notes.log"))
+    assert two.exit_code == 1 and "--summary takes one job log" in two.output
+    not_a_log = run("metrics-state", "--summary", str(workspace / "notes.log"))
+    assert not_a_log.exit_code == 1 and "not a job log" in not_a_log.output
+    assert run("metrics-state", "--summary", str(workspace / "31-JAX-tiny-pre1.log")).output == "", "no RAY=1"
