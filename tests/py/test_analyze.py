@@ -503,3 +503,16 @@ def test_compare_keeps_a_value_that_merely_contains_the_job_id_digits(tmp_path):
     env = compare._environment(job_dir, ("5", "JAX-tiny", str(job_dir)))
     assert env["env:CLOUD_SDK_VERSION"] == "528.0.0" and env["env:PORT_BASE"] == "15000"
     assert "env:RUN_DIR" not in env and "env:STEP_TAG" not in env  # these do name job 5
+
+
+def test_a_ray_job_whose_metrics_were_off_says_why_in_its_analysis(tmp_path):
+    """The exporter's prometheus/targets/ is there but no TSDB: the reason the job's log gives, not "no data"."""
+    from jobkit.analysis import build
+    from jobkit.analysis.job import JobFacts
+    from jobkit.core import logparse
+
+    (tmp_path / "31-x" / "prometheus" / "targets").mkdir(parents=True)
+    text = "JOB_ID=31\nNNODES=1\nRAY=true\n0: [observability] metrics are off: prometheus.sh: no binary (training goes on)\n"
+    facts = JobFacts(tmp_path / "31-x.log", tmp_path / "31-x", logparse.parse_text(text), text, None, {}, {}, None)
+    assert build._read_tsdb(facts) == ({}, None, "RAY=1 but metrics were off: prometheus.sh: no binary")
+    assert build._job_section(facts)["ray"] is True, "RAY=true asks for it, as _train.sh reads it"
