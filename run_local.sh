@@ -176,7 +176,8 @@ main() {
   local detail=""
   [[ $status == HANG ]] && detail=$hang
   [[ $status == STOPPED ]] && detail=$(job_stop_detail "$log_file" "$JOB_WORKSPACE" "${MODEL_NAME_ALIAS:-$MODEL_NAME}")
-  print_job_summary "$JOB_ID" "$JOB_NAME" "$MODEL_NAME" "$NNODES" $((SECONDS - start)) "$rc" "$status" "$detail"
+  print_job_summary "$JOB_ID" "$JOB_NAME" "$MODEL_NAME" "$NNODES" $((SECONDS - start)) "$rc" "$status" "$detail" \
+    "$(job_metrics_state "$(proc_jobkit "$SCRIPT_DIR")" "$log_file")"
   _print_tgs_line "$log_file" "$status" "$rc"
   exec >&- 2>&-
   wait "$tee_pid" 2>/dev/null || true

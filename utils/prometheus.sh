@@ -12,7 +12,8 @@
 #   list      one line per job of the workspace (default $JOB_WORKSPACE, else <repo>/outputs) that holds a
 #             TSDB: job dir name, size, time range of the data. Offline: reads block meta.json and WAL times.
 #             A prometheus/ dir it may not read is listed as "cannot read", a block whose meta.json is not
-#             readable JSON as "damaged".
+#             readable JSON as "damaged". Then every RAY=1 job without a TSDB, as "<job dir>  off  no TSDB:
+#             <why>" with the reason its log gives (e.g. no prometheus binary on the node).
 #             A job stopped before its teardown finished (scancel, time limit, kill -9) left its TensorBoard
 #             backfill pending: list and view complete it first, and say so.
 #   view      serves a finished job's TSDB for browsing on 127.0.0.1 (port 9190 or the next free one), in the

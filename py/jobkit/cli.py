@@ -30,7 +30,7 @@ COMMANDS: CommandTable = {
     ),
     "jobs": (
         "jobkit.ops.jobs:jobs_command",
-        "The workspace's jobs, oldest first: id, name, nodes, status, wall time, steady-state TGS/device, attempt.",
+        "The workspace's jobs, oldest first: id, name, nodes, status, wall time, steady-state TGS/device, attempt, metrics.",
     ),
     "tail": (
         "jobkit.ops.jobs:tail_command",
@@ -73,6 +73,10 @@ COMMANDS: CommandTable = {
     "reap": (
         "jobkit.core.commands:reap_command",
         "Run ARGV... as a child subreaper: what it leaves behind (a daemon that detached, like Ray's GCS) stays in the job's process tree and is stopped when it ends.",
+    ),
+    "metrics-state": (
+        "jobkit.core.commands:metrics_state_command",
+        "Whether each RAY=1 job's metrics were on: its TSDB, or off and the reason its log gives.",
     ),
     "ray-start": (
         "jobkit.observe.ray_start:command",

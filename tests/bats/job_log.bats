@@ -47,6 +47,36 @@ setup() { source "$REPO_DIR/utils/lib/job_log.sh"; }
   [[ $output != *$'\e['* ]]
 }
 
+@test "a RAY=1 job's Metrics line comes after Status, and logparse still reads the status" {
+  run print_job_summary 31 JAX-tiny tiny 1 65 0 SUCCESS "" "off (prometheus.sh: apt-get install prometheus failed)"
+  [[ ${lines[5]} == *"Status: SUCCESS (exit 0)" ]]
+  [ "${lines[6]}" = "  Metrics: off (prometheus.sh: apt-get install prometheus failed)" ]
+  [ "${lines[7]}" = "=====================" ]
+  printf 'JOB_ID=31\nNNODES=1\n%s\n' "$output" >"$BATS_TEST_TMPDIR/31-JAX-tiny.log"
+  source "$REPO_DIR/utils/lib/process.sh"
+  run "$(proc_jobkit "$REPO_DIR")" tgs --line "$BATS_TEST_TMPDIR/31-JAX-tiny.log"  # the verdict reads the Status
+  [[ $output == *" — PASS" ]]
+  run print_job_summary 31 JAX-tiny tiny 1 65 0 SUCCESS
+  [ "${lines[6]}" = "=====================" ]
+}
+
+@test "job_metrics_state: a RAY=1 job without a TSDB is off with the log's reason; with one, its TSDB; RAY unset, nothing" {
+  source "$REPO_DIR/utils/lib/process.sh"
+  local ws=$BATS_TEST_TMPDIR jobkit
+  jobkit=$(proc_jobkit "$REPO_DIR")
+  printf 'JOB_ID=31\nNNODES=2\nRAY=1\n0: [observability] metrics are off: prometheus.sh: apt-get install prometheus failed (training goes on)\n' >"$ws/31-a.log"
+  mkdir -p "$ws/31-a/prometheus/targets"  # the exporter's targets dir alone is no TSDB
+  [ "$(job_metrics_state "$jobkit" "$ws/31-a.log")" = "off (prometheus.sh: apt-get install prometheus failed)" ]
+  printf 'JOB_ID=32\nNNODES=1\nRAY=1\n' >"$ws/32-b.log"
+  [ "$(job_metrics_state "$jobkit" "$ws/32-b.log")" = "off (no TSDB, and the log says no reason)" ]
+  mkdir -p "$ws/32-b/prometheus/wal"
+  [ "$(job_metrics_state "$jobkit" "$ws/32-b.log")" = "$ws/32-b/prometheus" ]
+  printf 'JOB_ID=33\nNNODES=1\nRAY=0\n' >"$ws/33-c.log"
+  [ -z "$(job_metrics_state "$jobkit" "$ws/33-c.log")" ]
+  # jobkit that cannot run: no Metrics line, and the summary goes on
+  [ -z "$(job_metrics_state "$ws/no-such-jobkit" "$ws/31-a.log")" ]
+}
+
 @test "an OOM kill in the job's memory cgroup is counted and named; none, no note" {
   local own group
   own=/sys/fs/cgroup/memory$(awk -F: '$2 ~ /(^|,)memory(,|$)/ { print $3 }' /proc/self/cgroup)

@@ -537,3 +537,16 @@ def test_a_block_with_a_damaged_meta_json_is_named_with_its_fix_not_called_no_da
     assert f"missing per-host resources{' (part)' if healthy_blocks else ''}: {said}" in result.output
     assert doc["steps"]["logged"] == 40  # the log's part is all there
     assert {**tree(job_dir), "": (job_dir.stat().st_mtime_ns,)} == before
+
+
+def test_a_ray_job_whose_metrics_were_off_says_why_in_its_analysis(tmp_path):
+    """The exporter's prometheus/targets/ is there but no TSDB: the reason the job's log gives, not "no data"."""
+    from jobkit.analysis import build
+    from jobkit.analysis.job import JobFacts
+    from jobkit.core import logparse
+
+    (tmp_path / "31-x" / "prometheus" / "targets").mkdir(parents=True)
+    text = "JOB_ID=31\nNNODES=1\nRAY=true\n0: [observability] metrics are off: prometheus.sh: no binary (training goes on)\n"
+    facts = JobFacts(tmp_path / "31-x.log", tmp_path / "31-x", logparse.parse_text(text), text, None, {}, {}, None)
+    assert build._read_tsdb(facts) == ({}, None, "RAY=1 but metrics were off: prometheus.sh: no binary", None)
+    assert build._job_section(facts)["ray"] is True, "RAY=true asks for it, as _train.sh reads it"

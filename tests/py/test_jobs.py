@@ -43,7 +43,7 @@ def test_jobs_table_lists_every_job_oldest_first_with_status_wall_and_tgs(worksp
     result = run("jobs", "--workspace", str(workspace))
     assert result.exit_code == 0, result.output
     lines = result.output.splitlines()
-    assert lines[0].split() == ["JOB", "NAME", "NODES", "STATUS", "WALL", "TGS/device", "TRY"]
+    assert lines[0].split() == ["JOB", "NAME", "NODES", "STATUS", "WALL", "TGS/device", "TRY", "METRICS"]
     rows = [line.split() for line in lines[1:]]
     assert [r[0] for r in rows] == ["local_20261122_054800_ab12", "31", "local_20261122_055000_ef56"]
     assert [r[3] for r in rows] == ["SUCCESS", "STOPPED", "FAILED"]
@@ -52,6 +52,7 @@ def test_jobs_table_lists_every_job_oldest_first_with_status_wall_and_tgs(worksp
     tgs_line = run("tgs", "--line", str(workspace / "local_20261122_054800_ab12-JAX-tiny.log")).output
     assert rows[0][5] in tgs_line, "the same steady-state TGS as the end-of-run line"
     assert [r[6] for r in rows] == ["-", "-", "-"], "never to be requeued"
+    assert [r[7] for r in rows] == ["-", "-", "-"], "no RAY=1, no metrics asked for"
 
 
 def test_jobs_shows_each_attempt_of_a_requeued_job(workspace):
@@ -65,9 +66,64 @@ def test_jobs_shows_each_attempt_of_a_requeued_job(workspace):
     assert (records["31"]["attempt"], records["31"]["attempts"], records["31"]["retry_of"]) == (1, 3, "")
     assert (records["32"]["attempt"], records["32"]["attempts"], records["32"]["retry_of"]) == (2, 3, "31")
     table = {
-        line.split()[0]: line.split()[-1] for line in run("jobs", "--workspace", str(workspace)).output.splitlines()[1:]
+        line.split()[0]: line.split()[6] for line in run("jobs", "--workspace", str(workspace)).output.splitlines()[1:]
     }
     assert (table["31"], table["32"]) == ("1/3", "2/3")
+
+
+def test_jobs_marks_a_ray_job_without_a_tsdb_with_the_reason_its_log_gives(workspace):
+    first = workspace / "31-JAX-tiny-pre1.log"  # RAY=1, and its first node said why there are no metrics
+    first.write_text(
+        first.read_text().replace(
+            "JOB_ID=31",
+            "JOB_ID=31\nRAY=1\n0: [observability] metrics are off: prometheus.sh: apt-get install prometheus "
+            "failed (training goes on)",
+            1,
+        )
+    )
+    (workspace / "31-JAX-tiny-pre1" / "prometheus" / "targets").mkdir(parents=True)  # the exporter's: no TSDB
+    ok = workspace / "local_20261122_054800_ab12-JAX-tiny.log"  # RAY=1 with a TSDB
+    ok.write_text(ok.read_text().replace("JOB_ID=", "RAY=1\nJOB_ID=", 1))
+    (workspace / "local_20261122_054800_ab12-JAX-tiny" / "prometheus" / "wal").mkdir(parents=True)
+    result = run("jobs", "--workspace", str(workspace))
+    assert result.exit_code == 0, result.output
+    rows = {line.split()[0]: line.split() for line in result.output.splitlines()[1:] if not line.startswith("jobkit")}
+    assert rows["31"][7] == "off" and rows["local_20261122_054800_ab12"][7] == "on"
+    assert rows["local_20261122_055000_ef56"][7] == "-"
+    assert "jobkit jobs: job 31: RAY=1 but metrics off: prometheus.sh: apt-get install prometheus failed" in (
+        result.output.splitlines()
+    )
+    records = {
+        r["job_id"]: r
+        for r in map(json.loads, run("jobs", "--workspace", str(workspace), "--json").output.splitlines())
+    }
+    assert (records["31"]["metrics"], records["31"]["metrics_off_why"]) == (
+        "off",
+        "prometheus.sh: apt-get install prometheus failed",
+    )
+    assert (
+        records["local_20261122_054800_ab12"]["metrics"],
+        records["local_20261122_054800_ab12"]["metrics_off_why"],
+    ) == (
+        "on",
+        None,
+    )
+
+
+def test_jobs_says_a_ray_job_that_ended_without_a_tsdb_and_no_reason_is_off_and_a_running_one_not_yet(workspace):
+    ended = workspace / "31-JAX-tiny-pre1.log"
+    ended.write_text(ended.read_text().replace("JOB_ID=31", "JOB_ID=31\nRAY=yes", 1))
+    running = workspace / "40-JAX-tiny.log"
+    running.write_text("JOB_ID=40\nNNODES=1\nRAY=1\n")
+    records = {
+        r["job_id"]: r
+        for r in map(json.loads, run("jobs", "--workspace", str(workspace), "--json").output.splitlines())
+    }
+    assert (records["31"]["metrics"], records["31"]["metrics_off_why"]) == (
+        "off",
+        "no TSDB, and the log says no reason",
+    )
+    assert (records["40"]["metrics"], records["40"]["metrics_off_why"]) == ("?", None), "a TSDB may still come"
 
 
 def test_jobs_filters_and_json(workspace):
@@ -194,3 +250,37 @@ def test_tail_follows_a_growing_log(workspace):
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+
+
+@NEEDS_ROOT
+def test_metrics_state_lists_each_log_marks_an_unreadable_one_and_goes_on(workspace):
+    off = workspace / "31-JAX-tiny-pre1.log"
+    off.write_text(off.read_text().replace("JOB_ID=31", "JOB_ID=31\nRAY=true", 1))
+    closed = workspace / "50-JAX-tiny.log"
+    closed.write_text("JOB_ID=50\nNNODES=1\nRAY=1\n")
+    os.utime(closed, (1_700_000_000, 1_700_000_000))  # the oldest
+    closed.chmod(0)
+    try:
+        result = jobkit_without_root_powers("metrics-state", "--workspace", str(workspace))
+        only_off = jobkit_without_root_powers("metrics-state", "--workspace", str(workspace), "--off")
+    finally:
+        closed.chmod(0o644)
+    assert result.returncode == 0, result.stderr
+    assert sorted(result.stdout.splitlines()) == [
+        "31-JAX-tiny-pre1  off  no TSDB: no TSDB, and the log says no reason",
+        f"50-JAX-tiny  ?  cannot read {closed}: Permission denied",
+        "local_20261122_054800_ab12-JAX-tiny  -  RAY=1 not asked",
+        "local_20261122_055000_ef56-JAX-tiny-no_such_key_1  -  RAY=1 not asked",
+    ]
+    assert only_off.stdout.splitlines() == [
+        f"50-JAX-tiny  ?  cannot read {closed}: Permission denied",
+        "31-JAX-tiny-pre1  off  no TSDB: no TSDB, and the log says no reason",
+    ], "oldest first"
+
+
+def test_metrics_state_summary_takes_one_job_log(workspace):
+    two = run("metrics-state", "--summary", str(workspace / "31-JAX-tiny-pre1.log"), str(workspace / "notes.log"))
+    assert two.exit_code == 1 and "--summary takes one job log" in two.output
+    not_a_log = run("metrics-state", "--summary", str(workspace / "notes.log"))
+    assert not_a_log.exit_code == 1 and "not a job log" in not_a_log.output
+    assert run("metrics-state", "--summary", str(workspace / "31-JAX-tiny-pre1.log")).output == "", "no RAY=1"

@@ -304,6 +304,25 @@ def test_level_all_sends_progress_too(env, monkeypatch):
     assert {p["type"] for p in posts} == {"info"}
 
 
+@pytest.mark.parametrize(
+    ("kind", "text", "typed"),
+    [
+        ("tgs-drop", "TGS 600/device over steps 45-54, 40% below its steady state", "warning"),
+        ("metrics-off", "RAY=1 but metrics are off: prometheus.sh: no binary", "warning"),
+        ("hang", "HANG detected", "failure"),
+        ("first-step", "step 0", None),
+    ],
+)
+def test_what_level_failures_sends_and_how_each_event_is_typed(kind, text, typed, monkeypatch):
+    """A tgs-drop or metrics off is worth a word while the job trains on, but it is no failure: the job may
+    still pass (the agent's report: a tgs-drop typed failure for a job that passed)."""
+    sent = []
+    monkeypatch.setattr(monitor.notify, "send", lambda title, body, targets, level: sent.append(level) or [])
+    targets = monitor.notify.Targets(["json://localhost"], "test")
+    assert monitor.deliver([monitor.Event("7", kind, text)], targets, "failures") == []
+    assert sent == ([typed] if typed else [])
+
+
 def test_a_malformed_url_does_not_stop_the_monitor(env, monkeypatch):
     ws, slurm = env
     slurm.set("", "500|FAILED\n")
@@ -584,3 +603,46 @@ def test_a_failed_monitor_requeue_is_an_event_and_blocks_no_later_one(env, tmp_p
         "submit.sh failed (exit 1): submit.sh: sbatch refused the job: bad partition",
     ) in events
     assert not (job_dir / "requeue.json").exists() and (job_dir / "requeue.failed.json").exists()
+
+
+OFF_LINE = "0: [observability] metrics are off: prometheus.sh: apt-get install prometheus failed (training goes on)\n"
+
+
+def test_a_ray_job_whose_metrics_are_off_is_told_once_with_the_reason_and_is_no_failure(env):
+    ws, slurm = env
+    slurm.set("600|RUNNING\n610|RUNNING\n620|RUNNING\n")
+    for job_id in ("600", "610", "620"):
+        log = write_log(ws, job_id, steps=range(3))
+        head = "RAY=1\n" + OFF_LINE if job_id == "600" else "RAY=1\n" if job_id == "610" else ""
+        log.write_text(log.read_text().replace("MAX_RETRIES", head + "MAX_RETRIES", 1))
+    (ws / "610-tiny" / "prometheus" / "wal").mkdir(parents=True)  # 610 has its TSDB; 620 never asked (no RAY)
+    events = poll("600", "610", "620")
+    off = [e for e in events if e[1] == "metrics-off"]
+    assert off == [
+        (
+            "600",
+            "metrics-off",
+            "(tiny 2N) RAY=1 but metrics are off: prometheus.sh: apt-get install prometheus failed "
+            f"(no TSDB in {ws}/600-tiny/prometheus)",
+        )
+    ]
+    assert not monitor.is_failure(monitor.Event(*off[0])), "a warning: the job trains on"
+    write_log(ws, "600", steps=range(6)).write_text(
+        (ws / "600-tiny.log").read_text().replace("MAX_RETRIES", "RAY=1\n" + OFF_LINE + "MAX_RETRIES", 1)
+    )
+    assert [e for e in poll("600", "610", "620") if e[1] == "metrics-off"] == [], "once per job"
+
+
+def test_a_ray_job_without_a_tsdb_or_a_reason_is_told_at_its_end_not_while_it_runs(env):
+    ws, slurm = env
+    slurm.set("630|RUNNING\n")
+    log = write_log(ws, "630", steps=range(3))
+    log.write_text(log.read_text().replace("MAX_RETRIES", "RAY=1\nMAX_RETRIES", 1))
+    assert [e for e in poll("630") if e[1] == "metrics-off"] == [], "its TSDB may still come"
+    write_log(ws, "630", steps=range(3), status="SUCCESS")
+    log.write_text(log.read_text().replace("MAX_RETRIES", "RAY=1\nMAX_RETRIES", 1))
+    slurm.set("", "630|COMPLETED\n")
+    assert [e for e in poll("630") if e[1] == "metrics-off"] == [
+        ("630", "metrics-off", f"(tiny 2N) RAY=1 but metrics are off: no TSDB, and the log says no reason "
+         f"(no TSDB in {ws}/630-tiny/prometheus)")
+    ]  # fmt: skip

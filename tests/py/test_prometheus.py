@@ -488,3 +488,34 @@ def test_one_check_says_which_blocks_prometheus_would_skip(workspace, text, why)
     assert proc.stdout == (f"{ulid} damaged {why}\n" if why else f"{ulid} ok 1000 2000\n")
     listed = sh("list").stdout
     assert listed.endswith("damaged: 1 block meta.json cannot be read\n" if why else "\n"), listed
+
+
+def test_list_names_a_ray_job_without_a_tsdb_and_why(workspace):
+    ulid = "01JD2X3Y4Z5A6B7C8D9E0F1G2H"
+    _block(workspace / "790-with" / "prometheus", ulid, (META % ulid).encode())
+    (workspace / "790-with.log").write_text("JOB_ID=790\nNNODES=1\nRAY=1\n")
+    (workspace / "791-off.log").write_text(
+        "JOB_ID=791\nNNODES=2\nRAY=1\n0: [observability] metrics are off: prometheus.sh: apt-get install "
+        "prometheus failed (training goes on)\n==== JOB SUMMARY ====\n  Status: SUCCESS (exit 0)\n====\n"
+    )
+    (workspace / "791-off" / "prometheus" / "targets").mkdir(parents=True)  # the exporter's, no TSDB
+    (workspace / "792-noray.log").write_text(
+        "JOB_ID=792\nNNODES=1\n==== JOB SUMMARY ====\n  Status: SUCCESS (exit 0)\n"
+    )
+    proc = sh("list")
+    lines = {line.split()[0]: line for line in proc.stdout.splitlines()}
+    assert set(lines) == {"790-with", "791-off"}, proc.stdout
+    assert lines["791-off"] == "791-off  off  no TSDB: prometheus.sh: apt-get install prometheus failed"
+    assert proc.stderr == ""
+
+
+def test_list_of_a_workspace_whose_only_ray_job_has_no_tsdb_says_so_with_the_reason(workspace):
+    (workspace / "793-off.log").write_text(
+        "JOB_ID=793\nNNODES=1\nRAY=1\n[observability] no cluster-private address (no route): training without "
+        "observability\n==== JOB SUMMARY ====\n  Status: FAILED (exit 1)\n====\n"
+    )
+    proc = sh("list")
+    assert proc.stdout == (
+        "793-off  off  no TSDB: no cluster-private address (no route): training without observability\n"
+    )
+    assert "no job with a Prometheus TSDB" in proc.stderr

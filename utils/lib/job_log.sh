@@ -3,7 +3,7 @@
 #
 # Tools and skills parse both, so their shape is part of the contract:
 #   header   one KEY=VALUE per line at the top of the log
-#   summary  "==== JOB SUMMARY ====" ... "Status: SUCCESS (exit 0)" ... a closing "=" rule
+#   summary  "==== JOB SUMMARY ====" ... "Status: SUCCESS (exit 0)" [a RAY=1 job's "Metrics: ..."] a closing "=" rule
 
 # new_local_job_id -> local_<YYYYmmdd_HHMMSS>_<4 hex>
 new_local_job_id() {
@@ -121,9 +121,18 @@ print_oom_kill_note() {
   echo "[job] oom-kill: the kernel's OOM killer ended $((after - before)) process(es) of this job (memory cgroup limit reached)"
 }
 
-# print_job_summary JOB_ID JOB_NAME MODEL NNODES WALL_SECONDS EXIT_CODE STATUS [DETAIL]
+# job_metrics_state JOBKIT LOG -> the JOB SUMMARY's Metrics value of the job ending now: its TSDB, "off (<why>)"
+# for a RAY=1 job without one, nothing for a job that did not ask. `jobkit metrics-state` decides (one place for
+# the summary, `jobkit jobs`, the monitor and `prometheus.sh list`); a jobkit that cannot run prints nothing.
+job_metrics_state() {
+  "$1" metrics-state --summary "$2" 2>/dev/null || true
+}
+
+# print_job_summary JOB_ID JOB_NAME MODEL NNODES WALL_SECONDS EXIT_CODE STATUS [DETAIL [METRICS]]
+# METRICS: a RAY=1 job's `Metrics:` line, its TSDB or "off (<why>)" (job_metrics_state); no line when empty.
+# It comes after Status, so readers that take the block's first lines or its Status line read what they did.
 print_job_summary() {
-  local job_id=$1 name=$2 model=$3 nodes=$4 wall=$5 rc=$6 status=$7 detail=${8:-}
+  local job_id=$1 name=$2 model=$3 nodes=$4 wall=$5 rc=$6 status=$7 detail=${8:-} metrics=${9:-}
   local color="" reset=""
   if [[ -t 1 ]]; then
     reset=$'\e[0m'
@@ -135,5 +144,6 @@ print_job_summary() {
   echo "  Nodes:  $nodes"
   echo "  Wall:   $(format_duration "$wall")"
   echo "  Status: ${color}$status (exit $rc)${reset}${detail:+ — $detail}"
+  [[ -z $metrics ]] || echo "  Metrics: $metrics"
   echo "====================="
 }

@@ -25,7 +25,9 @@
 # prometheus_list [WORKSPACE]
 #   One line per job dir of WORKSPACE (default JOB_WORKSPACE, else <repo>/outputs) holding a TSDB: name, size,
 #   time range of the data (offline: block meta.json and WAL file times), "(running, pid N)"; a prometheus/ dir
-#   it may not read as "cannot read <dir>: permission denied". 1 when WORKSPACE is not a readable directory.
+#   it may not read as "cannot read <dir>: permission denied". Then each RAY=1 job without a TSDB:
+#   "<name>  off  no TSDB: <the reason its log gives>" (`jobkit metrics-state --off`). 1 when WORKSPACE is not a
+#   readable directory.
 # prometheus_resolve_tsdb WHAT [WORKSPACE]
 #   Prints the absolute TSDB dir for a job id prefix or job dir name in WORKSPACE, a job dir path or a prometheus/
 #   dir path. 1 with one error line when nothing or several match.
@@ -392,6 +394,9 @@ prometheus_list() {
     n=$((n + 1))
   done
   ((n > 0)) || _prom_log "no job with a Prometheus TSDB in $ws"
+  # RAY=1 jobs that asked for a TSDB and have none, with the reason their log gives: jobkit decides what that
+  # is (core/metrics_state.py), as it does for the JOB SUMMARY, `jobkit jobs` and the monitor.
+  "$(proc_jobkit)" metrics-state --off --workspace "$ws" || true
   return 0
 }
 

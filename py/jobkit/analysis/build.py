@@ -17,7 +17,7 @@ from pathlib import Path
 
 from jobkit.analysis import anomalies, hosts, tsdb_dump
 from jobkit.analysis.job import JobFacts, mfu_note, provenance
-from jobkit.core import tgs
+from jobkit.core import metrics_state, tgs
 from jobkit.observe import tsdb_blocks
 from jobkit.ops.hang_watchdog import MARKER_NAME
 
@@ -65,9 +65,11 @@ def _tsdb_dir(job_dir: Path) -> Path | None:
 def _read_tsdb(facts: JobFacts) -> tuple[dict, str | None, str | None, str | None]:
     """(series, tsdb path, why there are none, which blocks are damaged). promtool skips a block whose meta.json
     is damaged: the series are what the healthy blocks hold, and the damage is named, never "no data"."""
-    ray = facts.header.get("RAY", "0") == "1"
+    ray = metrics_state.ray_asked(facts.header)
     where = _tsdb_dir(facts.job_dir)
     if where is None:
+        if ray and facts.log.metrics_off:  # the reason the job itself gave (core.metrics_state)
+            return {}, None, f"RAY=1 but metrics were off: {facts.log.metrics_off}", None
         if (facts.job_dir / "prometheus").is_dir():
             return (
                 {},
@@ -105,7 +107,7 @@ def _job_section(facts: JobFacts) -> dict:
         "max_retries": int(h["MAX_RETRIES"]) if h.get("MAX_RETRIES", "").isdigit() else 0,
         "retry_of": h.get("RETRY_OF") or None,
         "container_runtime": h.get("CONTAINER_RUNTIME") or None,
-        "ray": h.get("RAY", "0") == "1",
+        "ray": metrics_state.ray_asked(h),
         "start": _round(facts.start, 3),
         "end": _round(facts.end, 3),
         "wall_s": _round(facts.end - facts.start, 1) if facts.start and facts.end else None,

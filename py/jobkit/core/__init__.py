@@ -3,6 +3,7 @@
   logparse    a job log: KEY=VALUE header, MaxText step lines, JOB SUMMARY footer
   tgs         throughput (tokens/s/device) over step windows, the end-of-run line
   verdict     a finished run's PASS / STOPPED / FAIL (<class>) word
+  metrics_state  whether a RAY=1 job's metrics were on: its TSDB, or off and the log's reason (one decision)
   failures    why a failed run failed: an ordered table of log patterns -> reason, and the node to blame
   config      a run's MaxText settings: key=value args, the yml, which yml a job used
   nodelist    Slurm hostlists (`node[1-3,7]`) expanded in rank order
@@ -15,7 +16,7 @@
   errors      every exit code, and JobkitError: one line and a code at the CLI's edge
   clitypes    click types for numbers (finite, range-checked) and env settings shared by several commands
   lazy_group  a click group over a "module:attr" table, imported on use (jobkit's and jobkit sweep's)
-  commands    `jobkit tgs`, `jobkit reap` (click only)
+  commands    `jobkit tgs`, `jobkit reap`, `jobkit metrics-state` (click only)
 
 May import: the standard library, click and pyyaml, and other core modules. Nothing else of jobkit.
 """

@@ -1,13 +1,15 @@
-"""`jobkit tgs` (the throughput report of a job log; the numbers come from core.tgs) and `jobkit reap` (core.reaper):
-click only."""
+"""`jobkit tgs` (the throughput report of a job log; the numbers come from core.tgs), `jobkit reap` (core.reaper)
+and `jobkit metrics-state` (core.metrics_state): click only."""
 
 import json
+import os
 
 import click
 
-from jobkit.core import clitypes, logparse, tgs
+from jobkit.core import clitypes, logparse, metrics_state, tgs
 from jobkit.core.config import default_yml
 from jobkit.core.errors import EXIT_BAD_INPUT, EXIT_CANNOT_RUN, EXIT_NO_NNODES, EXIT_NO_STEPS, JobkitError
+from jobkit.core.paths import workspace, workspace_problem
 from jobkit.core.verdict import STATUSES, verdict
 
 
@@ -111,3 +113,66 @@ def reap_command(grace, argv):
     except reaper.ReaperError as exc:
         raise JobkitError("reap", str(exc), EXIT_CANNOT_RUN) from None
     raise SystemExit(rc)
+
+
+def _metrics_rows(paths: list[str], ended: bool | None) -> list[tuple[str, metrics_state.Metrics | str]]:
+    """(job dir name, its Metrics, or why its log cannot be read) for each log of PATHS that is a job log."""
+    rows: list[tuple[str, metrics_state.Metrics | str]] = []
+    for path in paths:
+        name = os.path.basename(metrics_state.job_dir_of(path))
+        try:
+            log = logparse.parse_file(path)
+        except OSError as exc:  # one unreadable log is one row that says so, and the others are listed
+            rows.append((name, f"cannot read {path}: {exc.strerror or exc}"))
+            continue
+        if log.is_job_log:
+            done = log.footer_status is not None if ended is None else ended
+            rows.append((name, metrics_state.state(log.header, log.metrics_off, metrics_state.job_dir_of(path), done)))
+    return rows
+
+
+def _metrics_detail(found: metrics_state.Metrics) -> str:
+    if found.word == "on":
+        return str(found.tsdb)
+    if found.word == "off":
+        return f"no TSDB: {found.reason}"
+    return "no TSDB yet (running)" if found.word == "?" else "RAY=1 not asked"
+
+
+@click.command("metrics-state")
+@click.argument("logs", nargs=-1)
+@click.option(
+    "--workspace", "ws", help="Every job log of this workspace when no LOG is given (default $JOB_WORKSPACE)."
+)
+@click.option("--off", "only_off", is_flag=True, help="Only the RAY=1 jobs whose metrics are off.")
+@click.option(
+    "--summary", is_flag=True, help="One LOG of a job ending now: print its JOB SUMMARY `Metrics:` value (or nothing)."
+)
+def metrics_state_command(logs, ws, only_off, summary):
+    """Whether each RAY=1 job's metrics were on: its TSDB, or off and the reason its log gives.
+
+    One line per job log (LOGS, else every log of the workspace, oldest first): job dir name, `on` / `off` /
+    `?` (running, no TSDB yet) / `-` (no RAY=1), then the TSDB or why there is none. An unreadable log is a
+    line `<name>  ?  cannot read ...`, and the others are listed. Exit code 1: a bad workspace, or --summary
+    without exactly one readable job log.
+    """
+    if summary:
+        if len(logs) != 1:
+            raise JobkitError("metrics-state", "--summary takes one job log; pass <JOB_WORKSPACE>/<JOB_DIR>.log")
+        log = load_log("metrics-state", logs[0])
+        found = metrics_state.state(log.header, log.metrics_off, metrics_state.job_dir_of(logs[0]), ended=True)
+        if found.summary_value():
+            click.echo(found.summary_value())
+        return
+    if not logs:
+        where = workspace(ws)
+        problem = workspace_problem(where)
+        if problem:
+            raise JobkitError("metrics-state", problem)
+        found_logs = sorted((p for p in where.glob("*.log") if p.is_file()), key=lambda p: p.stat().st_mtime)
+        logs = tuple(str(p) for p in found_logs)
+    for name, found in _metrics_rows(list(logs), None):
+        if isinstance(found, str):
+            click.echo(f"{name}  ?  {found}")
+        elif found.off or not only_off:
+            click.echo(f"{name}  {found.word}  {_metrics_detail(found)}")

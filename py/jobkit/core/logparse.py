@@ -1,4 +1,4 @@
-"""Read a job log: KEY=VALUE header, MaxText step lines, JOB SUMMARY footer.
+"""Read a job log: KEY=VALUE header, MaxText step lines, JOB SUMMARY footer, a RAY=1 job's "metrics are off".
 
 Step lines may carry an `srun -l` task prefix (`0: `, ` 1: `) and may or may
 not carry the `MFU: X%` field that jobkit.launch inserts.
@@ -9,6 +9,7 @@ import re
 import shlex
 from dataclasses import dataclass, field
 
+from jobkit.core.metrics_state import off_reason
 from jobkit.core.nodelist import expand_nodelist
 
 HEADER_SCAN_LINES = 50  # header sits at the top; stop looking after this
@@ -50,6 +51,7 @@ class JobLog:
     config_params: dict[str, str] = field(default_factory=dict)
     footer_status: str | None = None
     footer_exit: int | None = None
+    metrics_off: str | None = None  # why a RAY=1 job's metrics were off, as its first such line says (metrics_state)
 
     @property
     def nnodes_header(self) -> tuple[str, str] | None:
@@ -142,6 +144,10 @@ def parse_lines(lines, path: str = "<lines>") -> JobLog:
             if m:
                 log.config_params[m.group("key")] = m.group("value").strip()
             continue
+        if "[observability]" in line and log.metrics_off is None:
+            log.metrics_off = off_reason(line)
+            if log.metrics_off is not None:
+                continue
         if "Status:" in line:
             m = _STATUS.search(_ANSI.sub("", line))
             if m:

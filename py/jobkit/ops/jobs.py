@@ -19,7 +19,7 @@ from pathlib import Path
 
 import click
 
-from jobkit.core import failures, logparse, tgs
+from jobkit.core import failures, logparse, metrics_state, tgs
 from jobkit.core.errors import JobkitError
 from jobkit.core.paths import workspace, workspace_problem
 
@@ -47,6 +47,8 @@ class Job:
     attempt: int = 1  # this job's attempt (ATTEMPT in its header; 2 = the first requeue)
     attempts: int = 1  # how many it may have: 1 + MAX_RETRIES
     retry_of: str = ""  # the attempt before it (RETRY_OF)
+    metrics: str = "-"  # RAY=1's metrics: on, off, ? (running, no TSDB yet), - (not asked); core.metrics_state
+    metrics_off_why: str | None = None  # why they were off (the log's reason, else that it gave none)
 
     @property
     def tries(self) -> str:
@@ -91,6 +93,9 @@ def read_job(path: Path) -> Job:
     if parsed.entries:
         summary = tgs.summarize(parsed)
         value = summary.tgs if summary.tgs is not None and math.isfinite(summary.tgs) else None
+    obs = metrics_state.state(
+        header, parsed.metrics_off, metrics_state.job_dir_of(str(path)), bool(parsed.footer_status)
+    )
     return Job(
         header.get("JOB_ID") or m.group("id"),
         header.get("JOB_NAME") or m.group("name"),
@@ -104,6 +109,8 @@ def read_job(path: Path) -> Job:
         _count(header.get("ATTEMPT"), 1),
         1 + _count(header.get("MAX_RETRIES"), 0),
         header.get("RETRY_OF", ""),
+        obs.word,
+        obs.reason if obs.off else None,
     )
 
 
@@ -114,7 +121,7 @@ def unreadable_job(path: Path) -> Job:
         modified = path.lstat().st_mtime
     except OSError:
         modified = 0.0
-    return Job(m.group("id"), m.group("name"), "?", "?", "unreadable", "-", None, str(path), modified)
+    return Job(m.group("id"), m.group("name"), "?", "?", "unreadable", "-", None, str(path), modified, metrics="?")
 
 
 def _count(value: str | None, default: int) -> int:
@@ -165,8 +172,8 @@ def _tgs_text(value: float | None) -> str:
 
 
 def format_table(jobs: list[Job]) -> str:
-    rows = [("JOB", "NAME", "NODES", "STATUS", "WALL", "TGS/device", "TRY")]
-    rows += [(j.job_id, j.name, j.nodes, j.status, j.wall, _tgs_text(j.tgs), j.tries) for j in jobs]
+    rows = [("JOB", "NAME", "NODES", "STATUS", "WALL", "TGS/device", "TRY", "METRICS")]
+    rows += [(j.job_id, j.name, j.nodes, j.status, j.wall, _tgs_text(j.tgs), j.tries, j.metrics) for j in jobs]
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows)
 
@@ -177,7 +184,7 @@ def format_table(jobs: list[Job]) -> str:
 @click.option("--last", type=click.IntRange(1), help="Only the N newest jobs.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per job, one per line.")
 def jobs_command(ws, model, last, as_json):
-    """The workspace's jobs, oldest first: id, name, nodes, status, wall time, steady-state TGS/device, attempt."""
+    """The workspace's jobs, oldest first: id, name, nodes, status, wall time, steady-state TGS/device, attempt, metrics."""
     try:
         logs = job_logs(workspace(ws))
     except JobsError as exc:
@@ -198,6 +205,9 @@ def jobs_command(ws, model, last, as_json):
             click.echo(json.dumps(asdict(job)))
     elif found:
         click.echo(format_table(found))
+        for job in found:  # the table says `off`; why, one line each, where a person reads it and a parser does not
+            if job.metrics_off_why:
+                click.echo(f"jobkit jobs: job {job.job_id}: RAY=1 but metrics off: {job.metrics_off_why}", err=True)
     else:
         click.echo(f"no jobs in {workspace(ws)}" + (f" for model {model}" if model else ""), err=True)
 

@@ -15,6 +15,7 @@ and through its log and job dir on the shared filesystem, and emits what is new:
     failure      the failure class, its evidence line and the host it blames (as `jobkit why`)
     requeued     the job was submitted again (its `== REQUEUED as job N` line); the new job is followed too
     requeue-failed / not-requeued   with --requeue, for a job whose batch host died (see below)
+    metrics-off  a RAY=1 job has no TSDB: its metrics are off, and the reason its log gives (not a failure)
 
 Which jobs: the given ids (or names), a sweep's jobs (--sweep), else all of the user's jobs in the queue
 plus the workspace's logs written since the monitor first started. Events go to stdout, one line each,
@@ -45,14 +46,16 @@ from pathlib import Path
 
 import click
 
-from jobkit.core import clitypes, failures, files, logparse, procfs, slurm, tgs
+from jobkit.core import clitypes, failures, files, logparse, metrics_state, procfs, slurm, tgs
 from jobkit.core.errors import EXIT_USAGE, JobkitError
 from jobkit.core.paths import workspace
 from jobkit.ops import hang_watchdog, notify, requeue
 
 ENDED = slurm.ENDED
 BAD_STATES = ENDED - {"COMPLETED"}
-FAILURE_EVENTS = {"hang", "stalled", "tgs-drop", "failure", "requeued", "requeue-failed", "backfill-failed"}
+FAILURE_EVENTS = {"hang", "stalled", "failure", "requeued", "requeue-failed", "backfill-failed"}
+# Worth a notification at --level failures, typed "warning": the job trains on and may still pass.
+WARNING_EVENTS = {"tgs-drop", "metrics-off"}
 # The log footer's status, for a job the scheduler has forgotten (and for run_local.sh jobs).
 STATUS_TO_STATE = {
     "SUCCESS": "COMPLETED",
@@ -341,6 +344,7 @@ class Monitor:
         events += self._look_at_progress(job_id, record, log, log_path, state, who)
         # 3. The end: verdict, failure class, requeue (read from the log's tail, once it has a JOB SUMMARY).
         events += self._look_at_end(job_id, record, log, log_path, state, who)
+        events += self._look_at_metrics(job_id, record, log, log_path, who)
         return events
 
     def _look_at_state(
@@ -508,6 +512,34 @@ class Monitor:
         text = f"REQUEUED as job {new} (attempt {decision.next_attempt} of {total}): {decision.why}{also}"
         return self._emit(record, job_id, "requeued", "requeued", text)
 
+    def _look_at_metrics(
+        self, job_id: str, record: dict, log: logparse.JobLog, log_path: Path, who: str
+    ) -> list[Event]:
+        """A RAY=1 job without a TSDB: one `metrics-off` event, with the reason its log gives (a warning: the
+        job trains on). Looked at once its first step or its JOB SUMMARY is in (rank 0 starts Prometheus, or says
+        why not, before training), with one read of the log; without a TSDB and a reason then, once more at the
+        end. record["metrics"] is core.metrics_state's word once decided."""
+        if record.get("metrics") in ("on", "off", "-") or not ("first_step" in record or log.footer_status):
+            return []
+        if not metrics_state.ray_asked(log.header):
+            record["metrics"] = "-"
+            return []
+        why = None
+        if record.get("metrics") is None:
+            try:
+                why = logparse.parse_file(str(log_path)).metrics_off
+            except OSError:
+                return []  # looked at again next poll
+        elif log.footer_status is None:
+            return []  # "?": no TSDB yet and no reason; the end decides
+        job_dir = metrics_state.job_dir_of(str(log_path))
+        found = metrics_state.state(log.header, why, job_dir, ended=log.footer_status is not None)
+        record["metrics"] = found.word
+        if not found.off:
+            return []
+        text = f"{who}RAY=1 but metrics are off: {found.reason} (no TSDB in {job_dir}/prometheus)"
+        return self._emit(record, job_id, "metrics-off", "metrics-off", text)
+
     def _complete_backfill(self, record: dict, job_id: str, tsdb: Path) -> list[Event]:
         """A RAY=1 job ended before its teardown backfilled every TensorBoard step into its TSDB (a time
         limit, a scancel past KillWait): do it now, as every reader of the TSDB would."""
@@ -532,15 +564,21 @@ def is_failure(event: Event) -> bool:
     return event.kind == "verdict" and " — PASS" not in event.text
 
 
+def severity(event: Event) -> str:
+    """The notification type: failure, warning (the job trains on: tgs-drop, metrics-off) or info."""
+    if is_failure(event):
+        return "failure"
+    return "warning" if event.kind in WARNING_EVENTS else "info"
+
+
 def deliver(events: list[Event], targets: notify.Targets | None, level: str) -> list[str]:
     """Notify what LEVEL selects; returns the failed targets' lines (each once per poll, never retried)."""
-    chosen = [e for e in events if level == "all" or is_failure(e)]
+    chosen = [e for e in events if level == "all" or severity(e) != "info"]
     if not chosen or targets is None:
         return []
     problems: list[str] = []
     for event in chosen:
-        kind = "failure" if is_failure(event) else "info"
-        for problem in notify.send(f"job {event.job_id}: {event.kind}", event.text, targets, kind):
+        for problem in notify.send(f"job {event.job_id}: {event.kind}", event.text, targets, severity(event)):
             if problem not in problems:
                 problems.append(problem)
         if problems and all("not a URL" in p for p in problems):
