@@ -200,3 +200,94 @@ def test_slurm_reattach_by_comment_by_id_and_not_when_gone_without_a_log(tmp_pat
     (tmp_path / "squeue.out").write_text("")  # the queue forgot both: they ended
     assert runner.reattach({"token": "T1", "job_id": "4242", "log": str(log)}).log == log  # read its log
     assert runner.reattach({"token": "T3", "job_id": "4243"}) is None  # ended without a log: submitted again
+
+
+# --- extending a sweep: resume with options ---
+def unimodal(b):  # peaks at 20
+    return 1000 + 100 * b - 2.5 * b * b
+
+
+def by_batch(point, nodes, attempt):
+    return passing(unimodal(float(point.key.split("=", 1)[1])))
+
+
+def tried(runner):
+    return [p.key.split("=", 1)[1] for p, _ in runner.submitted]
+
+
+@pytest.fixture
+def tiny_config(monkeypatch, tmp_path):
+    """The batch driver reads a private copy of configs/tiny.yml (never the real one); no GPU on this host."""
+    import shutil
+    from pathlib import Path
+
+    from jobkit.launch import gpu
+    from jobkit.sweep import batch
+
+    copy = tmp_path / "configs"
+    copy.mkdir()
+    shutil.copy(Path(__file__).resolve().parents[2] / "configs" / "tiny.yml", copy / "tiny.yml")
+    monkeypatch.setattr(batch, "CONFIGS_DIR", copy)
+    monkeypatch.setattr(gpu, "detect", lambda: None)
+
+
+def finished_batch(monkeypatch, tmp_path, max_runs="2", sweep_id="b1"):
+    args = ["batch", "--id", sweep_id, "--local", "tiny", "--start", "4", "--max-runs", max_runs]
+    result, runner = invoke(monkeypatch, tmp_path, args, by_batch)
+    assert result.exit_code == 0, result.output
+    assert f"--max-runs {max_runs} reached" in result.output
+    return tried(runner)
+
+
+def test_a_finished_sweep_stopped_by_max_runs_is_extended_and_runs_only_the_new_points(
+    monkeypatch, tmp_path, tiny_config
+):
+    whole = finished_batch(monkeypatch, tmp_path, max_runs="4", sweep_id="fresh")  # what 4 runs probe at once
+    first = finished_batch(monkeypatch, tmp_path)
+    assert first == whole[:2]
+    result, runner = invoke(monkeypatch, tmp_path, ["resume", "b1", "--max-runs", "4"], by_batch)
+    assert result.exit_code == 0, result.output
+    assert "[sweep] b1: --max-runs 2 -> 4" in result.output
+    assert tried(runner) == whole[2:]  # the probe goes on where it stopped; the first two answer from the record
+    assert "[per_device_batch_size=4] (recorded)" in result.output
+    assert "Runs: 4 of at most 4" in result.output
+    plan = json.loads((tmp_path / "ws" / "sweeps" / "b1" / "plan.json").read_text())
+    assert plan["params"]["max_runs"] == 4 and plan["state"] == "finished"
+
+
+def test_resume_refuses_to_shrink_a_budget_or_to_extend_a_finished_sweep_without_one(
+    monkeypatch, tmp_path, tiny_config
+):
+    finished_batch(monkeypatch, tmp_path, max_runs="3")
+    plan_before = (tmp_path / "ws" / "sweeps" / "b1" / "plan.json").read_text()
+    cases = [
+        (["--max-runs", "2"], "--max-runs 2 is below the sweep's 3: resume only raises it (the runs done stay)"),
+        (["--max-runs", "0"], "jobkit sweep: --max-runs '0': 0 is not in the range"),
+        (["--max-runs", "nan"], "jobkit sweep: --max-runs 'nan': 'nan' is not a valid"),
+        (["--poll", "inf"], "jobkit sweep: --poll 'inf': "),
+        (["--poll", "5"], "already finished (results in"),
+        ([], "extend it with `jobkit sweep resume b1 --max-runs N` (N above 3)"),
+    ]
+    for extra, needle in cases:
+        result, runner = invoke(monkeypatch, tmp_path, ["resume", "b1", *extra], by_batch)
+        assert result.exit_code == 1, (extra, result.output)
+        assert needle in result.output and len(result.output.strip().splitlines()) == 1, (extra, result.output)
+        assert runner.submitted == []
+    assert (tmp_path / "ws" / "sweeps" / "b1" / "plan.json").read_text() == plan_before
+
+
+def test_resume_refuses_an_option_the_driver_has_not(monkeypatch, tmp_path):
+    result, _ = invoke(monkeypatch, tmp_path, ["nodes", "--id", "s1", "tiny", "-w", "n1"], by_node)
+    assert result.exit_code == 0, result.output
+    result, runner = invoke(monkeypatch, tmp_path, ["resume", "s1", "--max-runs", "9"], by_node)
+    assert result.exit_code == 1 and runner.submitted == []
+    assert result.output.strip() == "jobkit sweep: sweep s1 (nodes) has no --max-runs; resume it without --max-runs"
+
+
+def test_resume_takes_new_watch_settings_for_an_unfinished_sweep(monkeypatch, tmp_path):
+    cluster = FakeCluster()
+    killed_node_sweep(monkeypatch, tmp_path, cluster)
+    result, runner = invoke(monkeypatch, tmp_path, ["resume", "s1", "--max-retries", "0"], by_node, cluster=cluster)
+    assert result.exit_code == 0, result.output
+    assert "[sweep] s1: --max-retries 2 -> 0" in result.output and runner.submitted == []
+    assert json.loads((tmp_path / "ws" / "sweeps" / "s1" / "plan.json").read_text())["params"]["max_retries"] == 0
