@@ -162,10 +162,13 @@ def test_local_reattach_reads_the_log_of_a_job_that_ended(tmp_path):
 
 @pytest.fixture
 def fake_slurm(tmp_path):
-    """squeue / submit.sh stand-ins: squeue prints $tmp/squeue.out, submit.sh records its argv."""
+    """squeue / submit.sh stand-ins: `squeue -j ID` prints $tmp/state.out (the job's state), any other squeue
+    $tmp/queue.out (the user's queue: id and comment); submit.sh records its argv."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    (bin_dir / "squeue").write_text(f'#!/bin/sh\ncat "{tmp_path}/squeue.out" 2>/dev/null\n')
+    (bin_dir / "squeue").write_text(
+        f'#!/bin/sh\ncase " $* " in *" -j "*) cat "{tmp_path}/state.out" ;; *) cat "{tmp_path}/queue.out" ;; esac\n'
+    )
     (bin_dir / "squeue").chmod(0o755)
     repo = tmp_path / "repo"
     repo.mkdir()
@@ -189,17 +192,19 @@ def test_slurm_submit_marks_the_job_with_its_token(tmp_path, fake_slurm):
 
 def test_slurm_reattach_by_comment_by_id_and_not_when_gone_without_a_log(tmp_path, fake_slurm):
     runner, _ = fake_slurm
-    (tmp_path / "squeue.out").write_text("4242 jobkit-sweep:T1\n4243 jobkit-sweep:T2\n")
+    (tmp_path / "queue.out").write_text("4242 jobkit-sweep:T1\n4243 jobkit-sweep:T2\n")
+    (tmp_path / "state.out").write_text("PENDING\n")
     log = tmp_path / "ws" / "4242-JAX-tiny-s1-n1.log"
     log.write_text("")
     handle = runner.reattach({"token": "T1"})  # queued before the sweep learnt its id
     assert handle is not None and handle.job_id == "4242" and handle.log == log
     assert runner.reattach({"token": "T9"}) is None  # not in the queue, id never learnt: submitted again
-    (tmp_path / "squeue.out").write_text("RUNNING\n")
-    assert runner.reattach({"token": "T3", "job_id": "4243"}).job_id == "4243"  # running, log not yet written
-    (tmp_path / "squeue.out").write_text("")  # the queue forgot both: they ended
+    (tmp_path / "state.out").write_text("RUNNING\n")
+    assert runner.reattach({"token": "T2", "job_id": "4243"}).job_id == "4243"  # running, no log written yet
+    (tmp_path / "queue.out").write_text("")  # the queue forgot both: they ended
+    (tmp_path / "state.out").write_text("")
     assert runner.reattach({"token": "T1", "job_id": "4242", "log": str(log)}).log == log  # read its log
-    assert runner.reattach({"token": "T3", "job_id": "4243"}) is None  # ended without a log: submitted again
+    assert runner.reattach({"token": "T2", "job_id": "4243"}) is None  # ended without a log: submitted again
 
 
 # --- extending a sweep: resume with options ---
