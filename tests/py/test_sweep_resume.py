@@ -296,3 +296,16 @@ def test_resume_takes_new_watch_settings_for_an_unfinished_sweep(monkeypatch, tm
     assert result.exit_code == 0, result.output
     assert "[sweep] s1: --max-retries 2 -> 0" in result.output and runner.submitted == []
     assert json.loads((tmp_path / "ws" / "sweeps" / "s1" / "plan.json").read_text())["params"]["max_retries"] == 0
+
+
+def test_max_runs_is_refused_for_a_sweep_of_given_values(monkeypatch, tmp_path, tiny_config):
+    args = ["batch", "--id", "v1", "--local", "tiny", "--values", "4,6"]
+    result, _ = invoke(monkeypatch, tmp_path, args, by_batch)
+    assert result.exit_code == 0, result.output
+    result, runner = invoke(monkeypatch, tmp_path, ["resume", "v1", "--max-runs", "9"], by_batch)
+    assert result.exit_code == 1 and runner.submitted == []
+    assert result.output.strip() == (
+        "jobkit sweep: sweep v1 runs exactly its --values; --max-runs bounds only the probing (drop it)"
+    )
+    result, _ = invoke(monkeypatch, tmp_path, ["resume", "v1"], by_batch)
+    assert result.exit_code == 1 and result.output.strip().endswith("; start a new one with another --id")
