@@ -6,6 +6,9 @@ rescaled to the TGS a test wants, so the sweep code reads exactly the shapes rea
 
     runner = FakeRunner(tmp_path, lambda point, nodes, attempt: passing(tgs=1000))
     common.RUNNER_FACTORY = lambda sweep, params: runner      (see the `fake_runner` fixture)
+
+A FakeCluster is the scheduler's queue: each FakeRunner has its own unless one is shared between the runs of a
+sweep, so that a resumed sweep finds the jobs a killed one left (its `sbatch` count is the runner's `submitted`).
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from __future__ import annotations
 import itertools
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from jobkit.sweep.jobs import ENDED, PENDING, RUNNING, Handle, Point, Runner, SubmitError
@@ -89,32 +92,79 @@ def hanging(phase: str) -> FakeJob:
     return FakeJob(None, hang_log=head.split("==== JOB SUMMARY")[0])
 
 
+class Killed(BaseException):
+    """What a test raises to stand for SIGKILL: no clean-up of the sweep's runs (only `finally` blocks)."""
+
+
+@dataclass
+class FakeCluster:
+    """The queue the fake runners share: job id -> (job, log, [polls], nodes, token)."""
+
+    jobs: dict = field(default_factory=dict)
+    count: int = 0
+
+    def end(self, job_id: str) -> None:
+        """JOB_ID ends now, as if it had run out its polls while nobody looked (its log is written)."""
+        job, log, polls, nodes, _ = self.jobs[job_id]
+        polls[0] = job.pending_polls + job.running_polls
+        if job.final_log is not None:
+            log.write_text(_identity(job.final_log, job_id, nodes))
+
+
 class FakeRunner(Runner):
     parallel = True
 
-    def __init__(self, tmp: Path, script: Callable[[Point, tuple[str, ...], int], FakeJob | Exception]):
+    def __init__(
+        self,
+        tmp: Path,
+        script: Callable[[Point, tuple[str, ...], int], FakeJob | Exception],
+        cluster: FakeCluster | None = None,
+        kill_at: Callable[[str, str], bool] | None = None,
+    ):
         self.tmp = tmp
         self.script = script
         self.submitted: list[tuple[Point, str]] = []
         self.cancelled: list[str] = []
-        self._jobs: dict[str, tuple[FakeJob, Path, list[int]]] = {}
+        self.reattached: list[str] = []
+        self.cluster = cluster or FakeCluster()
+        self._jobs = self.cluster.jobs
         self._attempts: dict[str, int] = {}
         self.serial = next(_RUNNERS)
+        # kill_at(moment, job_id) -> True raises Killed there: "submit" (sbatch queued it, nothing recorded yet)
+        # or "poll" (the engine asks the job's state)
+        self.kill_at = kill_at or (lambda moment, job_id: False)
 
-    def submit(self, point: Point, spec: str) -> Handle:
+    def submit(self, point: Point, spec: str, token: str = "") -> Handle:
         self._attempts[point.key] = self._attempts.get(point.key, 0) + 1
         job = self.script(point, point.nodes, self._attempts[point.key])
         if isinstance(job, Exception):
             raise SubmitError(str(job))
         self.submitted.append((point, spec))
-        job_id = str(1000 + len(self.submitted))
-        # unique per runner: a resumed sweep (a new runner) numbers its jobs from 1001 again
+        self.cluster.count += 1
+        job_id = str(1000 + self.cluster.count)
+        # unique per cluster: a resumed sweep with a cluster of its own numbers its jobs from 1001 again
         log = self.tmp / f"r{self.serial}-{job_id}-{spec.replace(':', '-')}.log"
-        self._jobs[job_id] = (job, log, [0])
+        self._jobs[job_id] = (job, log, [0], point.nodes, token)
+        if self.kill_at("submit", job_id):
+            raise Killed(f"killed while job {job_id} was being submitted")
+        return Handle(job_id=job_id, log=log)
+
+    def reattach(self, record: dict) -> Handle | None:
+        job_id = record.get("job_id") or next(
+            (jid for jid, entry in self._jobs.items() if record.get("token") and entry[4] == record["token"]), None
+        )
+        if job_id not in self._jobs:
+            return None
+        job, log, polls, _, _ = self._jobs[job_id]
+        if polls[0] >= job.pending_polls + job.running_polls and job.hang_log is None and job.final_log is None:
+            return None  # ended (or ends at the next look) without a log
+        self.reattached.append(job_id)
         return Handle(job_id=job_id, log=log)
 
     def state(self, handle: Handle) -> str:
-        job, log, polls = self._jobs[handle.job_id]
+        if self.kill_at("poll", handle.job_id):
+            raise Killed(f"killed while job {handle.job_id} ran")
+        job, log, polls, _, _ = self._jobs[handle.job_id]
         polls[0] += 1
         if handle.job_id in self.cancelled:
             return ENDED
@@ -130,8 +180,7 @@ class FakeRunner(Runner):
         return ENDED
 
     def _nodes(self, handle: Handle) -> tuple[str, ...]:
-        index = int(handle.job_id) - 1001
-        return self.submitted[index][0].nodes
+        return self._jobs[handle.job_id][3]
 
     def scheduler_state(self, handle: Handle) -> str | None:
         return self._jobs[handle.job_id][0].scheduler_state
@@ -144,15 +193,15 @@ class FakeRunner(Runner):
         return [p.key for p, _ in self.submitted]
 
 
-def invoke(monkeypatch, tmp_path: Path, args: list[str], script, workspace: Path | None = None):
-    """`jobkit sweep ARGS` with FakeRunner(SCRIPT) in place of Slurm; returns (click result, runner)."""
+def invoke(monkeypatch, tmp_path: Path, args: list[str], script, workspace: Path | None = None, **runner_args):
+    """`jobkit sweep ARGS` with FakeRunner(SCRIPT, **RUNNER_ARGS) in place of Slurm; returns (click result, runner)."""
     from click.testing import CliRunner
 
     from jobkit import cli
     from jobkit.sweep import common
 
     monkeypatch.setenv("JOB_WORKSPACE", str(workspace or tmp_path / "ws"))
-    runner = FakeRunner(tmp_path, script)
+    runner = FakeRunner(tmp_path, script, **runner_args)
     monkeypatch.setattr(common, "RUNNER_FACTORY", lambda sweep, params: runner)
     monkeypatch.setattr(common, "FOOTER_GRACE", 0.01)
     driver, *rest = args

@@ -114,6 +114,39 @@ def test_an_interrupted_sweep_cancels_its_job_and_resume_reruns_only_what_did_no
     assert json.loads((ws / "sweeps" / "int-e2e" / "plan.json").read_text())["state"] == "finished"
 
 
+def test_a_sweep_killed_outright_is_resumed_by_reattaching_to_its_running_job(sweep_env):
+    """SIGKILL leaves node2's job running; resume waits for that job and submits nothing again."""
+    ws = Path(sweep_env["JOB_WORKSPACE"])
+    points = ws / "sweeps" / "kill-e2e" / "points.jsonl"
+    argv = [str(JOBKIT), "sweep", "nodes", "--id", "kill-e2e", "--serial", "--poll", "1", "tiny", "-w", "node1,node2"]
+    proc = subprocess.Popen(argv, env=sweep_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=REPO)
+    try:
+        second = _wait_for(
+            lambda: (
+                [json.loads(x) for x in points.read_text().splitlines() if '"node2"' in x and '"submitted"' in x]
+                if points.exists()
+                else None
+            ),
+            300,
+            "node2's job to be submitted",
+        )[0]
+        proc.kill()  # no clean-up: the job stays queued or running
+        proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    queued = subprocess.run(["squeue", "-h", "-j", second["job_id"]], env=sweep_env, capture_output=True, text=True)
+    assert queued.stdout.strip(), f"job {second['job_id']} should still be in the queue after the sweep was killed"
+    before = len(points.read_text().splitlines())
+    result = sweep(sweep_env, "resume", "kill-e2e")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert f"[node2] re-attached to job {second['job_id']} of an earlier run" in result.stdout
+    new = [json.loads(x) for x in points.read_text().splitlines()[before:]]
+    assert [e for e in new if e["event"] in ("submitting", "submitted")] == [], new
+    done = {e["key"]: e["outcome"] for e in new if e["event"] == "done"}
+    assert done["node2"]["job_id"] == second["job_id"] and done["node2"]["status"] == "PASS", done
+
+
 @pytest.mark.skipif(not node_faults.available("memory"), reason="no writable v1 memory cgroup to limit a node with")
 def test_batch_sweep_meets_a_real_oom_and_settles_below_it(sweep_env):
     # node2's jobs share 600 MiB: tiny at per_device_batch_size=256 needs ~650 (the kernel kills it), 128 fits

@@ -76,24 +76,85 @@ def list_command():
         click.echo(f"jobkit sweep list: {reason}", err=True)
 
 
+# What `resume` may change in a sweep's settings: how its jobs are watched, and the budget of a search, which may
+# only grow (a larger --max-runs lets the batch probe go on where --max-runs stopped it, even after it finished).
+# Anything else would make the recorded points answer a different sweep.
+RAISES = ("max_runs",)
+
+
 @group.command("resume")
 @click.argument("sweep_id")
+# Taken as text and checked by the driver's own option of that name (its click type), so a value resume accepts
+# is one the driver accepts, and no driver is imported to list the commands.
+@click.option(
+    "--max-runs",
+    metavar="N",
+    help="Raise the sweep's --max-runs (batch probing): it probes on from where it stopped, a finished sweep too.",
+)
+@click.option("--hang-after", metavar="SECONDS", help="New --hang-after for the jobs still to watch.")
+@click.option("--poll", metavar="SECONDS", help="New --poll (seconds between checks).")
+@click.option("--max-retries", metavar="N", help="New --max-retries for the points still to run.")
 @click.pass_context
-def resume_command(ctx, sweep_id):
-    """Run sweep SWEEP_ID again with its own settings; finished points are not run again."""
+def resume_command(ctx, sweep_id, **changes):
+    """Run sweep SWEEP_ID again with its own settings; finished points are not run again, and jobs that a
+    killed run left queued or running are waited for, not submitted again. Options change those settings."""
     try:
         sweep = state.open_sweep(sweep_id)
         plan = sweep.trusted_plan()
     except state.SweepError as exc:
         raise JobkitError("sweep", str(exc)) from None
-    if plan.get("state") == state.FINISHED:
-        raise JobkitError(
-            "sweep",
-            f"sweep {sweep_id} already finished (results in {sweep.summary_file}); start a new one with another --id",
-        )
     driver = plan.get("driver", "")
     command = group.get_command(ctx, driver) if driver in DRIVERS else None
     if command is None:
         raise JobkitError("sweep", f"sweep {sweep_id}: plan.json names no known driver ({plan.get('driver')!r})")
+    if not isinstance(plan.get("params"), dict):
+        raise JobkitError(
+            "sweep", f"sweep {sweep_id}: {sweep.plan_file} has no settings (params); it cannot be resumed"
+        )
     params = {k: tuple(v) if isinstance(v, list) else v for k, v in plan["params"].items()}
+    changed = _changes(ctx, sweep_id, command, params, {k: v for k, v in changes.items() if v is not None})
+    extended = any(name in RAISES for name in changed)
+    if plan.get("state") == state.FINISHED and not extended:
+        hint = (
+            f"; extend it with `jobkit sweep resume {sweep_id} --max-runs N` (N above {params['max_runs']})"
+            if "max_runs" in params and not params.get("values_text")
+            else "; start a new one with another --id"
+        )
+        raise JobkitError("sweep", f"sweep {sweep_id} already finished (results in {sweep.summary_file}){hint}")
+    if changed:
+        said = ", ".join(f"--{n.replace('_', '-')} {params[n]} -> {v}" for n, v in changed.items())
+        params.update(changed)
+        plan["params"] = {k: list(v) if isinstance(v, tuple) else v for k, v in params.items()}
+        if plan.get("state") == state.FINISHED:
+            plan.update(state=state.INTERRUPTED, reason=f"extended: {said}")
+        sweep.write_plan(plan)
+        click.echo(f"[sweep] {sweep_id}: {said}")
     ctx.invoke(command, **params, sweep_id=sweep_id)
+
+
+def _changes(ctx, sweep_id: str, command: click.Command, params: dict, given: dict) -> dict:
+    """The settings in GIVEN that differ from the sweep's PARAMS, each checked by the driver's own option type
+    (JobkitError, one line, for one the driver has not, or a budget made smaller)."""
+    options = {p.name: p for p in command.params}
+    changed = {}
+    for name, value in given.items():
+        flag = "--" + name.replace("_", "-")
+        if name not in options or name not in params:
+            raise JobkitError("sweep", f"sweep {sweep_id} ({command.name}) has no {flag}; resume it without {flag}")
+        try:
+            value = options[name].type.convert(value, options[name], ctx)
+        except click.BadParameter as exc:
+            raise JobkitError("sweep", f"{flag} {value!r}: {exc.message}") from None
+        if name in RAISES:
+            if params.get("values_text"):
+                raise JobkitError(
+                    "sweep", f"sweep {sweep_id} runs exactly its --values; {flag} bounds only the probing (drop it)"
+                )
+            if value < params[name]:
+                raise JobkitError(
+                    "sweep",
+                    f"{flag} {value} is below the sweep's {params[name]}: resume only raises it (the runs done stay)",
+                )
+        if value != params[name]:
+            changed[name] = value
+    return changed

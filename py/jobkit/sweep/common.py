@@ -236,8 +236,6 @@ def execute(driver: str, model: str, body: Callable[[Engine], str]) -> None:
         sweep, resumed = state.start(sweep_id, driver, _jsonable(stored))
     except state.SweepError as exc:
         raise JobkitError("sweep", str(exc)) from None
-    for job_id in sweep.unfinished_jobs() if resumed else []:
-        click.echo(f"[sweep] job {job_id} of the interrupted run has no outcome; it will run again")
     policy = Policy(
         hang_after=params["hang_after"],
         max_retries=params["max_retries"],

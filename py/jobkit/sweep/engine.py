@@ -2,7 +2,7 @@
 
 The monitoring policy, as code (the batch-sweep seed's rules):
   1. Submit a point's job through the runner (points run together only on a runner that allows it and
-     with `serial` off). Record "submitted" with the job id.
+     with `serial` off). Record "submitting" with the job's token before, "submitted" with its id after.
   2. Poll each job: state from the scheduler, progress from the log's step lines. A RUNNING job with no
      new step for `hang_after` seconds is a hang: cancel it by job id and note the phase.
   3. When it ends, read the verdict (jobkit.sweep.watch) and decide:
@@ -15,12 +15,16 @@ The monitoring policy, as code (the batch-sweep seed's rules):
        config classes                        -> done; two of them with no pass at all stop the sweep
      A point runs at most 1 + max_retries times. A third excluded node stops the sweep.
   4. Record "done" with the outcome, print its verdict line, and let the driver go on.
-Ctrl-C / SIGTERM: the engine cancels its own running jobs (by job id), marks the sweep interrupted and
-re-raises; the next run with the same id replays finished points from points.jsonl.
+Ctrl-C / SIGTERM: the engine cancels its own running jobs (by job id), records them "cancelled", marks the
+sweep interrupted and re-raises; the next run with the same id replays finished points from points.jsonl.
+A sweep killed without that clean-up (SIGKILL) leaves its jobs running: the next run re-attaches to every
+recorded job still queued or running and waits for it, reads the log of one that ended meanwhile, and submits
+again only points never submitted or whose job vanished without a log.
 """
 
 from __future__ import annotations
 
+import secrets
 import signal
 import time
 from collections.abc import Callable, Iterable
@@ -86,6 +90,7 @@ class Engine:
 
     def __post_init__(self):
         self._recorded = self.sweep.done()
+        self._in_flight = self.sweep.in_flight()
         self._config_failures = 0
         self._live: list[_Live] = []
 
@@ -93,15 +98,14 @@ class Engine:
     def run(self, points: Iterable[Point]) -> list[Outcome]:
         """Run POINTS (recorded ones are answered from the record); their outcomes, in the same order."""
         points = list(points)
-        todo = []
+        queue = []
         for point in points:
             if point.key in self._recorded:
                 outcome = self._recorded[point.key]
                 self.outcomes[point.key] = outcome
                 self.echo(f"[{point.name}] (recorded) {outcome.line}")
-            else:
-                todo.append(point)
-        queue = [(p, 1, p.nodes) for p in todo]
+            elif not self._reattach(point):
+                queue.append((point, 1, point.nodes))
         while queue or self._live:
             while queue and (not self._live or (self.runner.parallel and not self.policy.serial)):
                 point, attempt, nodes = queue.pop(0)
@@ -120,9 +124,11 @@ class Engine:
         return [self.outcomes[p.key] for p in points]
 
     def cancel_all(self) -> None:
-        """Cancel every job this engine has in flight (by job id / PID); used on interrupt and stop."""
+        """Cancel every job this engine has in flight (by job id / PID); used on interrupt and stop. Each is
+        recorded "cancelled", so that the next run submits its point afresh instead of re-attaching to it."""
         for live in self._live:
             self.runner.cancel(live.handle)
+            self.sweep.record("cancelled", live.point.key, job_id=live.handle.job_id)
         self._live.clear()
 
     def guard_signals(self) -> Callable[[], None]:
@@ -142,6 +148,23 @@ class Engine:
     # --- steps ---
     def _usable(self, nodes: tuple[str, ...]) -> tuple[str, ...]:
         return tuple(n for n in nodes if n not in self.excluded)
+
+    def _reattach(self, point: Point) -> bool:
+        """Follow the job an earlier run of this sweep left behind for POINT (killed before it recorded an
+        outcome), when the runner still finds it; False when there is none (the point is submitted)."""
+        record = self._in_flight.pop(point.key, None)  # once: a later run() of the same point submits it
+        if record is None:
+            return False
+        handle = self.runner.reattach(record)
+        what = f"job {record.get('job_id') or record.get('token', '?')}"
+        if handle is None:
+            self.echo(f"[{point.name}] {what} of an earlier run never started or vanished without a log; submitting")
+            return False
+        attempt = record.get("attempt") if isinstance(record.get("attempt"), int) else 1
+        nodes = tuple(record.get("nodes") or point.nodes)
+        self._live.append(_Live(point, handle, attempt, nodes))
+        self.echo(f"[{point.name}] re-attached to job {handle.job_id} of an earlier run (not submitted again)")
+        return True
 
     def _submit(self, point: Point, attempt: int, nodes: tuple[str, ...]) -> None:
         nodes = self._usable(nodes)
@@ -163,12 +186,23 @@ class Engine:
         # The job name already carries the passthrough args; the key is added only when they do not name it.
         named = _slug(point.key) in {_slug(arg) for arg in point.args}
         spec = f"{point.model}:{self.sweep.id}" + ("" if named else f"-{_slug(point.key)}")
+        # Recorded before the runner is asked: a sweep killed while submit.sh runs still knows what to look for.
+        token = f"{self.sweep.id}.{_slug(point.key)}.a{attempt}.{secrets.token_hex(4)}"
+        self.sweep.record("submitting", point.key, token=token, attempt=attempt, nodes=list(pinned.nodes))
         try:
-            handle = self.runner.submit(pinned, spec)
+            handle = self.runner.submit(pinned, spec, token)
         except SubmitError as exc:
             self.sweep.record("refused", point.key, message=str(exc))
             raise SweepStopped(f"the scheduler refused point {point.name}: {exc}") from exc
-        self.sweep.record("submitted", point.key, job_id=handle.job_id, attempt=attempt, nodes=list(pinned.nodes))
+        self.sweep.record(
+            "submitted",
+            point.key,
+            token=token,
+            job_id=handle.job_id,
+            attempt=attempt,
+            nodes=list(pinned.nodes),
+            **self.runner.describe(handle),
+        )
         self._live.append(_Live(point, handle, attempt, pinned.nodes))
 
     def _check(self, live: _Live) -> Outcome | None:

@@ -4,6 +4,11 @@ Two real runners: SlurmRunner submits through `submit.sh` with a pinned nodelist
 `run_local.sh` as a child process, one job at a time. Both only start, look at and stop jobs; watching a
 job's log and deciding what happened is the engine's business (jobkit.sweep.engine). Tests replace the
 runner with one that replays recorded job outcomes.
+
+Every submission carries a token the engine records before it submits (a Slurm job's comment, a local job's
+JOBKIT_SWEEP_TOKEN environment variable), so that a sweep killed at any moment can find its jobs again:
+`reattach` turns a recorded submission back into a Handle (the job still queued or running, or ended with a
+log), or None when the job never started or vanished without a log (the engine then submits it again).
 """
 
 from __future__ import annotations
@@ -21,6 +26,9 @@ from jobkit.core.paths import REPO_ROOT
 
 # Runner.state() answers one of these.
 PENDING, RUNNING, ENDED = "PENDING", "RUNNING", "ENDED"
+# The environment variable that marks a local job (and everything it starts) with its submission's token.
+TOKEN_ENV = "JOBKIT_SWEEP_TOKEN"
+COMMENT_PREFIX = "jobkit-sweep:"  # a Slurm job's comment: this, then the token
 _SQUEUE_RUNNING = {"RUNNING", "COMPLETING", "CONFIGURING", "STAGE_OUT", "SIGNALING", "RESIZING"}
 
 
@@ -88,6 +96,10 @@ class Handle:
     log: Path | None = None
     process: subprocess.Popen | None = None
     console: Path | None = None  # where a local job's stdout/stderr go
+    # A local job this sweep did not start itself (re-attached after the sweep was killed): followed by its PID
+    # and the start time that PID had when it was recorded (procfs.alive), never by the PID alone.
+    pid: int | None = None
+    start: int | None = None
 
 
 class Runner:
@@ -95,8 +107,18 @@ class Runner:
 
     parallel = False
 
-    def submit(self, point: Point, spec: str) -> Handle:  # pragma: no cover - interface
+    def submit(self, point: Point, spec: str, token: str = "") -> Handle:  # pragma: no cover - interface
+        """Start POINT's job named after SPEC, marked with TOKEN (see the module doc)."""
         raise NotImplementedError
+
+    def describe(self, handle: Handle) -> dict:
+        """What the "submitted" record keeps of HANDLE besides its job id, for `reattach`."""
+        return {"log": str(handle.log or "")}
+
+    def reattach(self, record: dict) -> Handle | None:
+        """The job a "submitting"/"submitted" RECORD of an earlier run names, when it is still queued or running
+        or ended with a log; None when it never started or vanished without one (it is submitted again)."""
+        return None
 
     def state(self, handle: Handle) -> str:  # pragma: no cover - interface
         raise NotImplementedError
@@ -131,11 +153,14 @@ class SlurmRunner(Runner):
             argv, capture_output=True, text=True, timeout=timeout, env=self.env, cwd=cwd, stdin=subprocess.DEVNULL
         )
 
-    def submit(self, point: Point, spec: str) -> Handle:
+    def submit(self, point: Point, spec: str, token: str = "") -> Handle:
         repo = Path(point.repo) if point.repo else REPO_ROOT
         argv = [str(repo / "submit.sh"), spec, "-N", str(point.num_nodes)]
         if point.nodes:
             argv += ["-w", ",".join(point.nodes)]
+        if token:
+            # The token is recorded before sbatch runs: a sweep killed before submit.sh answers finds the job by it.
+            argv.append(f"--comment={COMMENT_PREFIX}{token}")
         argv += [*self.sbatch_args, "--", *point.args]
         try:
             result = self._run(argv, timeout=300, cwd=str(repo))
@@ -158,6 +183,33 @@ class SlurmRunner(Runner):
             return PENDING
         return RUNNING if state in _SQUEUE_RUNNING else ENDED
 
+    def reattach(self, record: dict) -> Handle | None:
+        job_id = str(record.get("job_id") or "") or self._queued_with(str(record.get("token") or ""))
+        if not job_id:
+            return None  # never queued, or ended before this run looked (its id was never learnt): run it again
+        log = Path(record["log"]) if record.get("log") else self._log_of(job_id)
+        handle = Handle(job_id=job_id, log=log)
+        if self.state(handle) == ENDED and (log is None or not log.exists()):
+            return None  # gone without a log: nothing to read, so it runs again
+        return handle
+
+    def _queued_with(self, token: str) -> str:
+        """The id of this user's queued or running job whose comment carries TOKEN, or ""."""
+        if not token:
+            return ""
+        result = self._run(["squeue", "-h", "--me", "-o", "%i %k"])
+        for line in result.stdout.splitlines():
+            job_id, _, comment = line.strip().partition(" ")
+            if comment.strip() == f"{COMMENT_PREFIX}{token}" and job_id.isdigit():
+                return job_id
+        return ""
+
+    def _log_of(self, job_id: str) -> Path | None:
+        """submit.sh's log of JOB_ID: $JOB_WORKSPACE/<job_id>-<JOB_NAME>.log."""
+        workspace = Path(self.env.get("JOB_WORKSPACE") or REPO_ROOT / "outputs")
+        found = sorted(workspace.glob(f"{job_id}-*.log")) if workspace.is_dir() else []
+        return found[0] if found else None
+
     def scheduler_state(self, handle: Handle) -> str | None:
         result = self._run(["scontrol", "-o", "show", "job", handle.job_id])
         found = re.search(r"JobState=(\S+)", result.stdout)
@@ -178,11 +230,11 @@ class LocalRunner(Runner):
         self.env = env if env is not None else dict(os.environ)
         self._count = 0
 
-    def submit(self, point: Point, spec: str) -> Handle:
+    def submit(self, point: Point, spec: str, token: str = "") -> Handle:
         repo = Path(point.repo) if point.repo else REPO_ROOT
         self.console_dir.mkdir(parents=True, exist_ok=True)
         self._count += 1
-        console = self.console_dir / f"{time.strftime('%Y%m%d-%H%M%S')}-{self._count}.out"
+        console = self.console_dir / f"{token or time.strftime('%Y%m%d-%H%M%S') + f'-{self._count}'}.out"
         with open(console, "wb") as out:
             # A session of its own: the terminal's Ctrl-C reaches the sweep, which cancels the job itself.
             process = subprocess.Popen(
@@ -190,11 +242,14 @@ class LocalRunner(Runner):
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
-                env=self.env,
+                env={**self.env, TOKEN_ENV: token} if token else self.env,
                 cwd=str(repo),
                 start_new_session=True,
             )
-        handle = Handle(job_id=f"pid{process.pid}", process=process, console=console)
+        found = procfs.stat(process.pid)
+        handle = Handle(
+            job_id=f"pid{process.pid}", process=process, console=console, pid=process.pid, start=found and found.start
+        )
         # run_local.sh validates before it starts training; a refusal ends it within a second or two.
         deadline = time.monotonic() + 5
         while process.poll() is None and self.find_log(handle) is None and time.monotonic() < deadline:
@@ -202,6 +257,47 @@ class LocalRunner(Runner):
         if process.poll() not in (None, 0) and self.find_log(handle) is None:
             raise SubmitError(_last_line(console.read_text(errors="replace")))
         return handle
+
+    def describe(self, handle: Handle) -> dict:
+        return {
+            "log": str(handle.log or ""),
+            "console": str(handle.console or ""),
+            "pid": handle.pid,
+            "start": handle.start,
+        }
+
+    def reattach(self, record: dict) -> Handle | None:
+        token = str(record.get("token") or "")
+        pid, start = record.get("pid"), record.get("start")
+        if not (isinstance(pid, int) and isinstance(start, int) and procfs.alive(pid, start)):
+            pid, start = self._running_with(token)
+        console = record.get("console") or (str(self.console_dir / f"{token}.out") if token else "")
+        handle = Handle(
+            job_id=str(record.get("job_id") or (f"pid{pid}" if pid else "")),
+            log=Path(record["log"]) if record.get("log") else None,
+            console=Path(console) if console else None,
+            pid=pid,
+            start=start,
+        )
+        log = self.find_log(handle)
+        if pid is None and (log is None or not log.exists()):
+            return None  # not running and no log to read: it never started, or vanished; it runs again
+        return handle
+
+    def _running_with(self, token: str) -> tuple[int | None, int | None]:
+        """(PID, start) of the run_local.sh whose environment carries TOKEN (its children inherit the token too:
+        the one whose parent lacks it), or (None, None)."""
+        if not token:
+            return None, None
+        for pid in procfs.pids():
+            found = procfs.stat(pid)
+            env = procfs.environ(pid) if found is not None and found.running else None
+            if env is None or env.get(TOKEN_ENV) != token:
+                continue
+            parent = procfs.environ(found.ppid) or {}
+            if parent.get(TOKEN_ENV) != token:
+                return pid, found.start
+        return None, None
 
     def find_log(self, handle: Handle) -> Path | None:
         if handle.log is None and handle.console is not None and handle.console.exists():
@@ -212,12 +308,18 @@ class LocalRunner(Runner):
         return handle.log
 
     def state(self, handle: Handle) -> str:
-        assert handle.process is not None
-        return RUNNING if handle.process.poll() is None else ENDED
+        if handle.process is not None:
+            return RUNNING if handle.process.poll() is None else ENDED
+        alive = handle.pid is not None and handle.start is not None and procfs.alive(handle.pid, handle.start)
+        return RUNNING if alive else ENDED  # re-attached: not our child, followed by PID and start time
 
     def cancel(self, handle: Handle) -> None:
         process = handle.process
-        if process is None or process.poll() is not None:
+        if process is None:
+            if handle.pid is not None and handle.start is not None and procfs.alive(handle.pid, handle.start):
+                procfs.stop([handle.pid], grace=60)  # TERM: run_local.sh stops training and writes CANCELLED
+            return
+        if process.poll() is not None:
             return
         os.kill(process.pid, signal.SIGTERM)  # run_local.sh stops training and writes CANCELLED
         try:

@@ -1,13 +1,17 @@
 """A sweep's state on disk: `$JOB_WORKSPACE/sweeps/<id>/`.
 
     plan.json      driver, its options (what `resume` replays), created, state, stop reason
-    points.jsonl   one JSON object per event: {"event": "submitted"|"done", "key": ..., ...}; append-only,
-                   so a crash loses at most the line being written and never corrupts earlier points
+    points.jsonl   one JSON object per event: {"event": "submitting"|"submitted"|"done"|..., "key": ..., ...};
+                   append-only, so a crash loses at most the line being written and never corrupts earlier points
     summary.md     the driver's final table (rewritten whenever a point lands)
     console/       stdout of local jobs
 
 Drivers are deterministic given the outcomes of their points, so resuming is replaying the driver with
 the recorded outcomes: a point whose "done" record exists is answered from it and never run again.
+A point's job is recorded twice: "submitting" (with the token the job will carry) before the runner is asked
+to start it, "submitted" (job id, log, PID) once it has; each line is one write(2) to the file, which a SIGKILL
+of the sweep cannot cut short. So a sweep killed at any moment leaves every job it may have started on record,
+and `resume` re-attaches to those still queued or running (`in_flight`) instead of submitting them again.
 plan.json is replaced by rename (atomic), so a reader never sees half of it. `resume` replays it as command
 options (sbatch arguments included), so it replays only a plan.json of the caller's that nobody else can
 write (`trusted_plan`): in a shared workspace a teammate's edit would decide what the owner submits.
@@ -116,10 +120,23 @@ class Sweep:
         """The recorded outcome of every finished point, by key (the last record wins)."""
         return {e["key"]: Outcome.from_dict(e["outcome"]) for e in self.events() if e.get("event") == "done"}
 
-    def unfinished_jobs(self) -> list[str]:
-        """Job ids submitted but with no outcome recorded (a sweep killed without its clean-up)."""
-        done = {e["key"] for e in self.events() if e.get("event") == "done"}
-        return [e["job_id"] for e in self.events() if e.get("event") == "submitted" and e["key"] not in done]
+    def in_flight(self) -> dict[str, dict]:
+        """By key, the last submission of every point with no outcome that no clean-up cancelled: its
+        "submitting" record merged with the "submitted" one of the same token (when that was written).
+        These are the jobs a sweep killed without its clean-up (SIGKILL, a lost login node) left behind."""
+        found: dict[str, dict] = {}
+        for event in self.events():
+            key, kind = event.get("key"), event.get("event")
+            if not isinstance(key, str):
+                continue
+            if kind == "submitting":
+                found[key] = dict(event)
+            elif kind == "submitted":
+                same = key in found and found[key].get("token") == event.get("token")
+                found[key] = {**found[key], **event} if same else dict(event)
+            elif kind in ("done", "cancelled", "refused"):
+                found.pop(key, None)
+        return found
 
     @property
     def summary_file(self) -> Path:
