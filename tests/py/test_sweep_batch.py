@@ -35,7 +35,8 @@ def configs(monkeypatch, tmp_path):
 
 
 def value_of(point):
-    return point.key.split("=", 1)[1]
+    """The value a point runs (its repeat number, `#2`, left off)."""
+    return point.key.split("=", 1)[1].split("#")[0]
 
 
 def curve(tgs_by_value: dict, oom_from: float | None = None, hang_from: float | None = None):
@@ -57,21 +58,30 @@ def unimodal(b):  # peaks at 20
 
 
 def tried(runner):
-    return [value_of(p) for p, _ in runner.submitted]
+    """The values submitted, each once, in the order first submitted (repeats are the same value)."""
+    return list(dict.fromkeys(value_of(p) for p, _ in runner.submitted))
 
 
 def sweep_dir(tmp_path, sweep_id):
     return tmp_path / "ws" / "sweeps" / sweep_id
 
 
+HEADERS = ["Value", "Runs", "Job", "TGS/device", "Spread", "Δ vs best", "MFU", "Status"]
+
+
 def rows(output):
-    """Table rows by value: {value: [job, tgs, mfu, status]}."""
+    """Table rows by value: {value: {header: cell}}; row[-1] is the status."""
     out = {}
     for line in output.splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if line.startswith("| ") and len(cells) == 5 and cells[0] not in ("Value",):
-            out[cells[0]] = cells[1:]
+        if line.startswith("| ") and len(cells) == len(HEADERS) and cells[0] != "Value":
+            out[cells[0]] = Row(zip(HEADERS, cells, strict=True))
     return out
+
+
+class Row(dict):
+    def __getitem__(self, key):
+        return list(self.values())[key] if isinstance(key, int) else super().__getitem__(key)
 
 
 # --- the memory estimate ---
@@ -136,9 +146,14 @@ def test_probes_from_the_estimate_find_a_unimodal_optimum_in_four_runs(monkeypat
     assert tried(runner) == ["16", "24", "20"]
     table = rows(result.output)
     assert table["20"][-1] == "PASS ← optimal"
-    assert table["24"][1] == "OOM" and table["24"][-1] == "OOM"
-    assert "Optimal: per_device_batch_size=20 (2,000 TGS/device)" in result.output
-    assert "Runs: 3 of at most 6. Stopped: converged: per_device_batch_size=20 runs, 24 does not" in result.output
+    assert table["24"]["TGS/device"] == "OOM" and table["24"][-1] == "OOM"
+    assert "Optimal: per_device_batch_size=20 (2,000 TGS/device; +2.0% over the runner-up 16, outside the ±1.0%" in (
+        result.output
+    )
+    assert (
+        "Runs: 3 value(s) of at most 6, 2 job(s) each. Stopped: converged: per_device_batch_size=20 runs, 24 does not"
+        in result.output
+    )
     assert f"params: {TINY_PARAMS:,} x 4 B / 1 shard(s)" in result.output
     assert "estimated max per_device_batch_size: 25.0" in result.output
     # each probe pinned nothing locally, set the value after the extra args, and ran 15 steps
@@ -172,22 +187,28 @@ def test_a_slower_higher_value_stops_the_sweep_and_the_optimum_is_the_fastest(mo
     result, runner = invoke(monkeypatch, tmp_path, args, curve({16: 1400.0, 24: 1371.0}))
     assert tried(runner) == ["16", "24"]
     assert rows(result.output)["16"][-1] == "PASS ← optimal"
-    assert rows(result.output)["24"][-1] == "PASS (regression)"
+    assert rows(result.output)["24"][-1] == "PASS, slower (beyond noise)"  # -2.1 %, the band is the 1 % floor
+    assert rows(result.output)["24"]["Δ vs best"] == "-2.1%"
     assert "past the sweet spot" in result.output
 
 
-def test_flat_within_one_percent_stops_but_the_faster_value_wins(monkeypatch, tmp_path):
+def test_flat_within_the_band_stops_and_the_tie_goes_to_the_smaller_value(monkeypatch, tmp_path):
     args = ["batch", "--id", "b1", "tiny", "-w", "n1", "--start", "16"]
     result, runner = invoke(monkeypatch, tmp_path, args, curve({16: 1000.0, 24: 1005.0}))
     assert tried(runner) == ["16", "24"]
-    assert rows(result.output)["24"][-1] == "PASS ← optimal"
+    assert rows(result.output)["16"][-1] == "PASS ← optimal (tie: the smaller)"
+    assert rows(result.output)["24"][-1] == "PASS, within noise"
+    assert "Optimal: per_device_batch_size=16 (1,000 TGS/device), a tie: 24 within the ±1.0% noise band" in (
+        result.output
+    )
+    assert "chosen: 16, the smaller (tie rule" in result.output
 
 
 def test_growth_continues_while_faster_until_max_runs(monkeypatch, tmp_path):
     args = ["batch", "--id", "b1", "tiny", "-w", "n1", "--start", "4", "--max-runs", "3"]
     result, runner = invoke(monkeypatch, tmp_path, args, curve(lambda b: 100.0 * b))
     assert tried(runner) == ["4", "6", "9"]
-    assert "Runs: 3 of at most 3. Stopped: --max-runs 3 reached" in result.output
+    assert "Runs: 3 value(s) of at most 3, 2 job(s) each. Stopped: --max-runs 3 reached" in result.output
 
 
 def test_a_failure_that_is_not_memory_stops_probing(monkeypatch, tmp_path):
@@ -240,7 +261,7 @@ def test_an_env_parameter_is_passed_as_env_and_capped(monkeypatch, tmp_path):
     assert result.exit_code == 0, result.output
     # first: the fraction the jobs run with now (.9 after --); then 1.5x, capped at 0.98; the .9 is replaced
     assert tried(runner) == ["0.9", "0.98"]
-    assert runner.submitted[1][0].args == ("steps=20", f"{param}=0.98")
+    assert runner.submitted[2][0].args == ("steps=20", f"{param}=0.98")
     assert "reached its largest allowed value (0.98)" in result.output
     assert "environment setting" in result.output
 
