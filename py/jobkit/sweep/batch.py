@@ -287,7 +287,7 @@ def not_converged(param: Param, history: History, why: str, probing: bool) -> st
     if not probing and param.kind != "choice":
         ran = [v for v, r in history if r.passed]
         above_best = [v for v, r in history if v > chosen.best]
-        if len(ran) > 1 and not above_best:
+        if len(ran) > 1 and not above_best and not chosen.is_tie:
             return f"{param.text(chosen.best)} is the largest value given and the fastest: TGS may rise above it"
     return ""
 
