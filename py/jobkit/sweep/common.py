@@ -61,11 +61,13 @@ def parse_nodes(text: str | None, need: int = 1, local: bool = False) -> tuple[s
             raise state.SweepError("-w names Slurm nodes; --local runs on this machine only (drop -w or --local)")
         return ()
     if not text:
-        raise state.SweepError("give the nodes to pin the sweep to with -w (e.g. -w node[1-4]); sweeps never float")
+        raise state.SweepError("give the nodes to pin the sweep to with -w (e.g. -w 'node[1-4]'); sweeps never float")
     try:
         nodes = tuple(expand_nodelist(text))
     except ValueError as exc:
-        raise state.SweepError(f"-w {text!r} is not a node list ({exc}); write e.g. node1,node2 or node[1-4]") from exc
+        raise state.SweepError(
+            f"-w {text!r} is not a node list ({exc}); write e.g. node1,node2 or 'node[1-4]'"
+        ) from exc
     if len(nodes) > MAX_NODES:
         raise state.SweepError(
             f"-w {text!r} names {len(nodes):,} nodes; a sweep takes at most {MAX_NODES:,} (split it)"
