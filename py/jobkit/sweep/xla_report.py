@@ -134,6 +134,14 @@ class Ranking:
         wins = [r for r in self.profiles if self.verdict(r.name) == "win"]
         return max(wins, key=lambda r: r.tgs or 0.0, default=None)
 
+    @property
+    def tied_with_winner(self) -> list[str]:
+        """Other winning profiles within the band of the winner (common.pick): as good, as far as the runs
+        tell. The winner stays the higher mean (there is no "smaller" among profiles); the report says it."""
+        wins = {r.name: r.tgs for r in self.profiles if self.verdict(r.name) == "win" and r.tgs}
+        chosen = common.pick(wins, self.band, lambda tied: tied[0])
+        return [n for n in chosen.tied if n != chosen.best] if chosen else []
+
     def ordered(self) -> list[Result]:
         """By mean TGS, best first; profiles with no passing run last."""
         return sorted(self.results.values(), key=lambda r: (r.tgs is None or bool(r.failed), -(r.tgs or 0.0)))
@@ -183,6 +191,11 @@ def leaderboard(ranking: Ranking, skipped: list[str]) -> str:
     lines.append(
         f"Winner: {winner.name} ({common.fmt_pct(ranking.delta(winner.name), True)})." if winner else "Winner: none."
     )
+    if winner is not None and ranking.tied_with_winner:
+        lines.append(
+            f"Within the ±{ranking.band:.1f}% band of the winner (a tie as far as the runs tell; confirm with more"
+            f" --repeats before choosing): {', '.join(ranking.tied_with_winner)}."
+        )
     if skipped:
         lines.append(f"Not run (the +{EARLY_WIN:g}% stop rule ended the search): {', '.join(skipped)}.")
     return "\n".join(lines) + "\n"
