@@ -305,7 +305,9 @@ def test_without_apply_nothing_is_written(monkeypatch, tmp_path, configs):
     result, _ = invoke(monkeypatch, tmp_path, args, curve({2: 500.0, 8: 900.0}))
     assert result.exit_code == 0, result.output
     assert (configs / "tiny.yml").read_text() == before
-    assert "Config: configs/tiny.yml has per_device_batch_size: 2; the optimum is 8" in result.output
+    assert "Config: configs/tiny.yml has per_device_batch_size: 2; the best so far (not converged) is 8" in (
+        result.output
+    )
     assert "+++ b/" not in result.output and "[apply]" not in result.output  # no diff shown
 
 
@@ -531,7 +533,8 @@ def test_the_largest_of_values_being_fastest_is_not_converged(monkeypatch, tmp_p
     result, _ = invoke(monkeypatch, tmp_path, args, curve({2: 500.0, 4: 900.0, 8: 1200.0}))
     assert result.exit_code == 0, result.output
     assert "Not converged: 8 is the largest value given and the fastest: TGS may rise above it" in result.output
-    assert "--start 8" in result.output
+    assert "Go on with: `jobkit sweep batch tiny -N 1 -w n1 --repeats 2 --values 8,12,18`" in result.output
+    assert "the best so far (not converged) is 8" in result.output
 
 
 def test_repeats_give_mean_and_spread_and_a_gap_inside_the_band_is_a_tie_to_the_smaller(monkeypatch, tmp_path):

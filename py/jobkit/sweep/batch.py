@@ -341,8 +341,8 @@ def _verdict(param: Param, history: History, chosen: common.Pick, open_why: str,
         lines = [f"Best so far: {key} ({tgs} TGS/device). Not converged: {open_why}."]
         if again is not None:
             lines.append(
-                f"Go on with: `{again(chosen.chosen)}` (a new sweep: it measures {param.text(chosen.chosen)} again"
-                " beside the values above it; or rerun this one with a larger --max-runs)."
+                f"Go on with: `{again(chosen.chosen)}` (a new sweep that measures {param.text(chosen.chosen)} again"
+                " beside larger values: a finished sweep cannot be extended)."
             )
         return lines
     if chosen.is_tie:
@@ -413,8 +413,9 @@ def report(
     if best is not None and not param.is_env:
         current = param.text(config_value) if config_value is not None else "not set"
         if config_value is None or param.text(config_value) != param.text(best):
+            what = "the best so far (not converged)" if open_why else "the optimum"
             lines.append(
-                f"Config: configs/{model}.yml has {param.name}: {current}; the optimum is {param.text(best)} "
+                f"Config: configs/{model}.yml has {param.name}: {current}; {what} is {param.text(best)} "
                 "(--apply writes it after showing the diff)."
             )
     elif best is not None:
@@ -465,6 +466,30 @@ def run_probes(engine: Engine, points_for: Callable, param: Param, first, max_ru
             )
             engine.echo(f"[batch] {param.name}={param.text(done)}: {len(points)} job(s) took {took:,.0f} s{then}")
     return history, why
+
+
+def continue_command(
+    value, *, model, n, nodelist, local, param, repeats, device_memory, steps, extra, values, max_runs
+) -> str:
+    """The command that goes on from VALUE, the best so far of a sweep that did not converge: a new sweep
+    with the same nodes and settings (a finished one cannot be extended), from VALUE when probing, or
+    VALUE and two values above it when --values were given (they need no memory bound, on CPU either)."""
+    words = ["jobkit", "sweep", "batch", model, *(["--local"] if local else ["-N", str(n), "-w", nodelist or ""])]
+    if param.name != "per_device_batch_size":
+        words += ["--param", param.name]
+    if device_memory is not None:
+        words += ["--device-memory", f"{device_memory:g}"]
+    if steps != common.MIN_STEPS:
+        words += ["--steps", str(steps)]
+    words += ["--repeats", str(repeats)]
+    if values is None:
+        words += ["--start", param.text(value), "--max-runs", str(max_runs)]
+    else:
+        larger = [value]
+        while len(larger) < 3 and grow(larger[-1], param) is not None:
+            larger.append(grow(larger[-1], param))
+        words += ["--values", ",".join(param.text(v) for v in larger)]
+    return shlex.join([*words, *(["--", *extra] if extra else [])])
 
 
 def _setup(model, param_name, start, values_text, device_memory, mem_fraction, local, extra, num_nodes):
@@ -656,20 +681,13 @@ def command(
         keys = [setting] + [f"{setting}#{r}" for r in range(2, repeats + 1)]
         return [Point(key=k, model=model, num_nodes=n, nodes=nodes, args=args, label=k) for k in keys]
 
-    def again(value) -> str:
-        where = ["--local"] if local else ["-N", str(n), "-w", nodelist or ""]
-        words = ["jobkit", "sweep", "batch", model, *where]
-        if param.name != "per_device_batch_size":
-            words += ["--param", param.name]
-        if device_memory is not None:
-            words += ["--device-memory", f"{device_memory:g}"]
-        if steps != common.MIN_STEPS:
-            words += ["--steps", str(steps)]
-        words += ["--repeats", str(repeats), "--start", param.text(value), "--max-runs", str(max_runs)]
-        return shlex.join([*words, *(["--", *extra] if extra else [])])
-
     result = {}
     where = ",".join(nodes) if nodes else "this machine"
+    settings = dict(model=model, n=n, nodelist=nodelist, local=local, param=param, repeats=repeats)
+    settings.update(device_memory=device_memory, steps=steps, extra=tuple(extra), values=values, max_runs=max_runs)
+
+    def again(value) -> str:
+        return continue_command(value, **settings)
 
     def body(engine: Engine) -> str:
         count = len(values) if values is not None else max_runs
@@ -678,7 +696,9 @@ def command(
             f" {where}; each value prints its wall time when it lands"
         )
         if values is not None:
+            started = CLOCK()
             outcomes = engine.run([p for v in values for p in points_for(v)])
+            engine.echo(f"[batch] {len(outcomes)} job(s) took {CLOCK() - started:,.0f} s")
             history = [(v, Runs(outcomes[i * repeats : (i + 1) * repeats])) for i, v in enumerate(values)]
             why = ""
         else:
