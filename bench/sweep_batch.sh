@@ -2,7 +2,7 @@
 # Usage: bench/sweep_batch.sh [LIMIT_MIB] [START]
 # Summary: The batch sweep on tiny under a real memory limit: the optimum in a few runs, the ceiling a real OOM
 #
-# Runs `jobkit sweep batch tiny --local --start START` (default 256) with the whole sweep (the driver,
+# Runs `jobkit sweep batch tiny --local --start START --repeats 1` (default 256) with the whole sweep (the driver,
 # run_local.sh and training) inside a cgroup v1 memory group limited to LIMIT_MIB (default 600): past
 # the limit the kernel's OOM killer ends training, run_local.sh names it (`oom-kill` line), and the
 # sweep must classify it as OOM, never retry it, and converge below it. Prints the sweep's table and
@@ -42,7 +42,9 @@ echo "== jobkit sweep batch tiny --local --start $START, memory limit $LIMIT_MIB
 rc=0
 (
   echo "$BASHPID" > "$GROUP/tasks"
-  exec "$VENV_DIR/bin/jobkit" sweep batch --id bench-batch --local --poll 2 --start "$START" tiny
+  # On CPU --device-memory is the RAM a device may use (it bounds the probe): the cgroup's limit.
+  exec "$VENV_DIR/bin/jobkit" sweep batch --id bench-batch --local --poll 2 --start "$START" --repeats 1 \
+    --device-memory "$(awk -v mib="$LIMIT_MIB" 'BEGIN { printf "%.3f", mib / 1024 }')" tiny
 ) || rc=$?
 echo "== probes: $(grep -c '"submitted"' "$JOB_WORKSPACE/sweeps/bench-batch/points.jsonl") jobs;" \
   "OOM kills seen by the kernel: $(awk '$1 == "oom_kill" { print $2 }' "$GROUP/memory.oom_control")"

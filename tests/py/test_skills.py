@@ -395,6 +395,36 @@ def test_relative_links_resolve(doc):
     assert not broken, f"{doc}: broken links {broken}"
 
 
+# A word like node[1-2] outside quotes: the shell reads it as a glob (a file named node1 in the current
+# directory turns `-w node[1-2]` into `-w node1`), so every hostlist an agent may copy is quoted.
+UNQUOTED_HOSTLIST = re.compile(r"""(?:^|[\s=,])[A-Za-z][\w.-]*\[[0-9]""")
+
+
+def bare_hostlist(line: str) -> bool:
+    """LINE (one line of a shell block) has a hostlist outside quotes, before any comment."""
+    unquoted = re.sub(r"'[^']*'|\"[^\"]*\"", "''", line)
+    return bool(UNQUOTED_HOSTLIST.search(re.split(r"(?:^|\s)#", unquoted)[0]))
+
+
+@pytest.mark.parametrize("doc", [*documents(), REPO / "README.md"], ids=lambda p: str(p.relative_to(REPO)))
+def test_hostlists_in_shell_blocks_are_quoted(doc):
+    bare = [
+        f"{where}: {line.strip()}"
+        for where, body in shell_blocks(doc.read_text(), str(doc.relative_to(REPO)))
+        for line in body.splitlines()
+        if bare_hostlist(line)
+    ]
+    assert not bare, f"quote these hostlists ('node[1-2]'): {bare}"
+
+
+def test_the_hostlist_check_tells_quoted_from_bare():
+    assert bare_hostlist("jobkit sweep nodes tiny -w node[1-4] --serial")
+    assert bare_hostlist("srun -w=rack[1-2]-node1 x")
+    assert not bare_hostlist("jobkit sweep nodes tiny -w 'node[1-4]' --serial  # not node[1-4]")
+    assert not bare_hostlist('sinfo -n "node[1-4]"; [[ -n $x ]]; echo ${a[0]}')
+    assert not bare_hostlist("q 'rate(tb_step_time_seconds[30m])' | top")
+
+
 # --- 5. the checker itself ------------------------------------------------------------------------------
 
 SELF_TEST = """

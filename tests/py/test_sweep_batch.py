@@ -35,7 +35,8 @@ def configs(monkeypatch, tmp_path):
 
 
 def value_of(point):
-    return point.key.split("=", 1)[1]
+    """The value a point runs (its repeat number, `#2`, left off)."""
+    return point.key.split("=", 1)[1].split("#")[0]
 
 
 def curve(tgs_by_value: dict, oom_from: float | None = None, hang_from: float | None = None):
@@ -57,21 +58,30 @@ def unimodal(b):  # peaks at 20
 
 
 def tried(runner):
-    return [value_of(p) for p, _ in runner.submitted]
+    """The values submitted, each once, in the order first submitted (repeats are the same value)."""
+    return list(dict.fromkeys(value_of(p) for p, _ in runner.submitted))
 
 
 def sweep_dir(tmp_path, sweep_id):
     return tmp_path / "ws" / "sweeps" / sweep_id
 
 
+HEADERS = ["Value", "Runs", "Job", "TGS/device", "Spread", "Δ vs best", "MFU", "Status"]
+
+
 def rows(output):
-    """Table rows by value: {value: [job, tgs, mfu, status]}."""
+    """Table rows by value: {value: {header: cell}}; row[-1] is the status."""
     out = {}
     for line in output.splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if line.startswith("| ") and len(cells) == 5 and cells[0] not in ("Value",):
-            out[cells[0]] = cells[1:]
+        if line.startswith("| ") and len(cells) == len(HEADERS) and cells[0] != "Value":
+            out[cells[0]] = Row(zip(HEADERS, cells, strict=True))
     return out
+
+
+class Row(dict):
+    def __getitem__(self, key):
+        return list(self.values())[key] if isinstance(key, int) else super().__getitem__(key)
 
 
 # --- the memory estimate ---
@@ -136,9 +146,14 @@ def test_probes_from_the_estimate_find_a_unimodal_optimum_in_four_runs(monkeypat
     assert tried(runner) == ["16", "24", "20"]
     table = rows(result.output)
     assert table["20"][-1] == "PASS ← optimal"
-    assert table["24"][1] == "OOM" and table["24"][-1] == "OOM"
-    assert "Optimal: per_device_batch_size=20 (2,000 TGS/device)" in result.output
-    assert "Runs: 3 of at most 6. Stopped: converged: per_device_batch_size=20 runs, 24 does not" in result.output
+    assert table["24"]["TGS/device"] == "OOM" and table["24"][-1] == "OOM"
+    assert "Optimal: per_device_batch_size=20 (2,000 TGS/device; +2.0% over the runner-up 16, outside the ±1.0%" in (
+        result.output
+    )
+    assert (
+        "Runs: 3 value(s) of at most 6, 2 job(s) each. Stopped: converged: per_device_batch_size=20 runs, 24 does not"
+        in result.output
+    )
     assert f"params: {TINY_PARAMS:,} x 4 B / 1 shard(s)" in result.output
     assert "estimated max per_device_batch_size: 25.0" in result.output
     # each probe pinned nothing locally, set the value after the extra args, and ran 15 steps
@@ -172,22 +187,28 @@ def test_a_slower_higher_value_stops_the_sweep_and_the_optimum_is_the_fastest(mo
     result, runner = invoke(monkeypatch, tmp_path, args, curve({16: 1400.0, 24: 1371.0}))
     assert tried(runner) == ["16", "24"]
     assert rows(result.output)["16"][-1] == "PASS ← optimal"
-    assert rows(result.output)["24"][-1] == "PASS (regression)"
+    assert rows(result.output)["24"][-1] == "PASS, slower (beyond noise)"  # -2.1 %, the band is the 1 % floor
+    assert rows(result.output)["24"]["Δ vs best"] == "-2.1%"
     assert "past the sweet spot" in result.output
 
 
-def test_flat_within_one_percent_stops_but_the_faster_value_wins(monkeypatch, tmp_path):
+def test_flat_within_the_band_stops_and_the_tie_goes_to_the_smaller_value(monkeypatch, tmp_path):
     args = ["batch", "--id", "b1", "tiny", "-w", "n1", "--start", "16"]
     result, runner = invoke(monkeypatch, tmp_path, args, curve({16: 1000.0, 24: 1005.0}))
     assert tried(runner) == ["16", "24"]
-    assert rows(result.output)["24"][-1] == "PASS ← optimal"
+    assert rows(result.output)["16"][-1] == "PASS ← optimal (tie: the smaller)"
+    assert rows(result.output)["24"][-1] == "PASS, within noise"
+    assert "Optimal: per_device_batch_size=16 (1,000 TGS/device), a tie: 24 within the ±1.0% noise band" in (
+        result.output
+    )
+    assert "chosen: 16, the smaller (tie rule" in result.output
 
 
 def test_growth_continues_while_faster_until_max_runs(monkeypatch, tmp_path):
     args = ["batch", "--id", "b1", "tiny", "-w", "n1", "--start", "4", "--max-runs", "3"]
     result, runner = invoke(monkeypatch, tmp_path, args, curve(lambda b: 100.0 * b))
     assert tried(runner) == ["4", "6", "9"]
-    assert "Runs: 3 of at most 3. Stopped: --max-runs 3 reached" in result.output
+    assert "Runs: 3 value(s) of at most 3, 2 job(s) each. Stopped: --max-runs 3 reached" in result.output
 
 
 def test_a_failure_that_is_not_memory_stops_probing(monkeypatch, tmp_path):
@@ -240,7 +261,7 @@ def test_an_env_parameter_is_passed_as_env_and_capped(monkeypatch, tmp_path):
     assert result.exit_code == 0, result.output
     # first: the fraction the jobs run with now (.9 after --); then 1.5x, capped at 0.98; the .9 is replaced
     assert tried(runner) == ["0.9", "0.98"]
-    assert runner.submitted[1][0].args == ("steps=20", f"{param}=0.98")
+    assert runner.submitted[2][0].args == ("steps=20", f"{param}=0.98")
     assert "reached its largest allowed value (0.98)" in result.output
     assert "environment setting" in result.output
 
@@ -284,7 +305,9 @@ def test_without_apply_nothing_is_written(monkeypatch, tmp_path, configs):
     result, _ = invoke(monkeypatch, tmp_path, args, curve({2: 500.0, 8: 900.0}))
     assert result.exit_code == 0, result.output
     assert (configs / "tiny.yml").read_text() == before
-    assert "Config: configs/tiny.yml has per_device_batch_size: 2; the optimum is 8" in result.output
+    assert "Config: configs/tiny.yml has per_device_batch_size: 2; the best so far (not converged) is 8" in (
+        result.output
+    )
     assert "+++ b/" not in result.output and "[apply]" not in result.output  # no diff shown
 
 
@@ -475,3 +498,123 @@ def test_an_unknown_numeric_parameter_needs_a_start_and_keeps_its_type(monkeypat
     result, runner = invoke(monkeypatch, tmp_path, args, curve(lambda v: 100.0 * v))
     assert result.exit_code == 0, result.output
     assert tried(runner) == ["2", "3"]
+
+
+# --- issue 23: convergence, noise, CPU, cost ---
+def by_run(tgs_by_key: dict):
+    """A script from the point's key (`per_device_batch_size=72#2` -> "72#2", or "72" for the first run)."""
+
+    def script(point, nodes, attempt):
+        return passing(tgs_by_key[point.key.split("=", 1)[1]])
+
+    return script
+
+
+def test_max_runs_on_a_rising_curve_is_not_converged_and_says_how_to_go_on(monkeypatch, tmp_path):
+    args = ["batch", "--id", "b1", "tiny", "-w", "n[1]", "--start", "4", "--max-runs", "3", "--", "steps=20"]
+    result, runner = invoke(monkeypatch, tmp_path, args, curve(lambda b: 100.0 * b))
+    assert result.exit_code == 0, result.output
+    assert tried(runner) == ["4", "6", "9"]
+    assert "Optimal:" not in result.output and "← optimal" not in result.output
+    assert rows(result.output)["9"][-1] == "PASS ← best so far (not converged)"
+    assert (
+        "Best so far: per_device_batch_size=9 (900 TGS/device). Not converged: --max-runs 3 stopped the probe"
+        " while TGS was still rising." in result.output
+    )
+    # the command that goes on: this sweep, resumed with a larger --max-runs; it runs only new values
+    go_on = "Go on with: `jobkit sweep resume b1 --max-runs 6` (it probes on from where it stopped"
+    assert go_on in result.output
+    more, runner = invoke(monkeypatch, tmp_path, ["resume", "b1", "--max-runs", "6"], curve(lambda b: 100.0 * b))
+    assert more.exit_code == 0, more.output
+    param = batch.param_for("per_device_batch_size", None, None)
+    beyond = [batch.grow(9, param)]
+    while len(beyond) < 3:
+        beyond.append(batch.grow(beyond[-1], param))
+    assert tried(runner) == [str(v) for v in beyond] and "best so far (not converged)" in more.output
+
+
+def test_the_largest_of_values_being_fastest_is_not_converged(monkeypatch, tmp_path):
+    args = ["batch", "--id", "b1", "tiny", "-w", "n1", "--values", "2,4,8"]
+    result, _ = invoke(monkeypatch, tmp_path, args, curve({2: 500.0, 4: 900.0, 8: 1200.0}))
+    assert result.exit_code == 0, result.output
+    assert "Not converged: 8 is the largest value given and the fastest: TGS may rise above it" in result.output
+    assert "Go on with: `jobkit sweep batch tiny -N 1 -w n1 --repeats 2 --values 8,12,18`" in result.output
+    assert "the best so far (not converged) is 8" in result.output
+
+
+def test_repeats_give_mean_and_spread_and_a_gap_inside_the_band_is_a_tie_to_the_smaller(monkeypatch, tmp_path):
+    # the issue's case: 72 and 108 about 1.4 % apart, runs 3 % apart: noise, not an optimum
+    tgs = {"72": 4300.0, "72#2": 4430.0, "72#3": 4365.0, "108": 4380.0, "108#2": 4460.0, "108#3": 4420.0}
+    args = ["batch", "--id", "b1", "tiny", "-w", "n1", "--values", "72,108", "--repeats", "3"]
+    result, runner = invoke(monkeypatch, tmp_path, args, by_run(tgs))
+    assert result.exit_code == 0, result.output
+    assert len(runner.submitted) == 6
+    table = rows(result.output)
+    assert table["72"]["Runs"] == "3/3" and table["72"]["TGS/device"] == "4,365"
+    assert table["72"]["Spread"] == "3.0%"  # (4430 - 4300) / 4365
+    assert table["108"]["TGS/device"] == "4,420" and table["108"]["Spread"] == "1.8%"
+    assert table["72"][-1] == "PASS ← optimal (tie: the smaller)"
+    assert table["108"][-1] == "PASS, within noise"
+    assert "Noise band: ±3.0%" in result.output
+    assert "a tie: 108 within the ±3.0% noise band of the best (108 has the highest mean); chosen: 72" in result.output
+    assert "Config: configs/tiny.yml has per_device_batch_size: 2; the optimum is 72" in result.output
+
+
+def test_a_winner_must_beat_the_runner_up_beyond_the_band(monkeypatch, tmp_path):
+    tgs = {"4": 1000.0, "4#2": 1010.0, "8": 1100.0, "8#2": 1105.0, "12": 1050.0, "12#2": 1052.0}
+    args = ["batch", "--id", "b1", "tiny", "-w", "n1", "--values", "4,8,12"]
+    result, _ = invoke(monkeypatch, tmp_path, args, by_run(tgs))
+    assert rows(result.output)["8"][-1] == "PASS ← optimal"
+    assert rows(result.output)["4"][-1] == rows(result.output)["12"][-1] == "PASS, slower (beyond noise)"
+    assert "Optimal: per_device_batch_size=8 (1,102 TGS/device; +4.9% over the runner-up 12, outside the ±1.0%" in (
+        result.output
+    )
+
+
+def test_the_probe_stops_at_a_rise_inside_the_measured_band(monkeypatch, tmp_path):
+    # 6 is 2 % above 4 on average, but 4's own runs are 5 % apart: past the sweet spot, a tie, 4 chosen
+    tgs = {"4": 975.0, "4#2": 1025.0, "6": 1020.0, "6#2": 1020.0}
+    args = ["batch", "--id", "b1", "tiny", "-w", "n1", "--start", "4"]
+    result, runner = invoke(monkeypatch, tmp_path, args, by_run(tgs))
+    assert tried(runner) == ["4", "6"]
+    assert "not above it by more than the ±5.0 % noise band): past the sweet spot" in result.output
+    assert rows(result.output)["4"][-1] == "PASS ← optimal (tie: the smaller)"
+
+
+def test_one_definition_of_spread_for_batch_and_xla():
+    from jobkit.sweep import xla_report
+    from jobkit.sweep.jobs import Outcome
+
+    outcomes = [Outcome(key=f"p#{i}", status="PASS", tgs=t) for i, t in enumerate((98.0, 102.0), 1)]
+    assert common.spread([98.0, 102.0]) == pytest.approx(4.0)
+    assert xla_report.Result("p", outcomes).spread == batch.Runs(outcomes).spread == common.spread([98.0, 102.0])
+    assert common.spread([100.0]) is None
+    assert common.noise_band([[100.0], [98.0, 102.0]], 1.0) == (pytest.approx(4.0), True)
+    assert common.noise_band([[100.0]], 1.0) == (1.0, False)
+
+
+def test_on_cpu_probing_needs_device_memory_and_its_estimate_caps_the_probe(monkeypatch, tmp_path):
+    result, runner = invoke(monkeypatch, tmp_path, ["batch", "tiny", "--local", "--start", "2"], curve(unimodal))
+    assert result.exit_code == 1 and runner.submitted == []
+    assert "on CPU no device runs out of memory, so nothing would stop the probe" in result.output
+    assert "--device-memory GB, the host RAM one CPU device may use" in result.output
+    assert len(result.output.strip().splitlines()) == 1
+    # the same on Slurm CPU nodes; --values needs no bound
+    cpu_nodes = ["batch", "tiny", "-w", "n1", "--start", "2", "--", "_env_JAX_PLATFORMS=cpu"]
+    result, runner = invoke(monkeypatch, tmp_path, cpu_nodes, curve(unimodal))
+    assert result.exit_code == 1 and "on CPU no device runs out of memory" in result.output
+    # with it: TGS keeps rising, no OOM ever comes, and the estimate's maximum (25 for 0.005 GB) ends the probe
+    args = ["batch", "--id", "b1", "--local", "tiny", "--start", "8", "--device-memory", "0.005", "--max-runs", "9"]
+    result, runner = invoke(monkeypatch, tmp_path, args, curve(lambda b: 100.0 * b))
+    assert result.exit_code == 0, result.output
+    assert tried(runner) == ["8", "12", "18", "24"]  # 24: the estimate's 25.0 rounded down (24.97...)
+    assert "reached the estimate's maximum for 0.005 GB of RAM per CPU device (24)" in result.output
+
+
+def test_each_value_prints_what_it_took_and_what_the_next_should_take(monkeypatch, tmp_path):
+    ticks = iter(range(0, 10_000, 60))  # every clock read is a minute later
+    monkeypatch.setattr(batch, "CLOCK", lambda: next(ticks))
+    args = ["batch", "--id", "b1", "tiny", "-w", "n1", "--start", "4", "--max-runs", "2"]
+    result, _ = invoke(monkeypatch, tmp_path, args, curve(lambda b: 100.0 * b))
+    assert "[batch] at most 2 value(s) x 2 run(s) = 4 job(s) of 15 steps on n1" in result.output
+    assert "[batch] per_device_batch_size=4: 2 job(s) took 60 s; the next, 6, should take about 90 s" in result.output

@@ -152,7 +152,21 @@ def test_batch_sweep_meets_a_real_oom_and_settles_below_it(sweep_env):
     # node2's jobs share 600 MiB: tiny at per_device_batch_size=256 needs ~650 (the kernel kills it), 128 fits
     with node_faults.memory_limit("node2", 600 << 20):
         result = sweep(
-            sweep_env, "batch", "--id", "batch-e2e", "--poll", "2", "--start", "256", "tiny", "-N", "1", "-w", "node2"
+            sweep_env,
+            "batch",
+            "--id",
+            "batch-e2e",
+            "--poll",
+            "2",
+            "--repeats",
+            "1",  # this test is about the OOM path; the noise rules have their own tests (test_sweep_batch)
+            "--start",
+            "256",
+            "tiny",
+            "-N",
+            "1",
+            "-w",
+            "node2",
         )
     assert result.returncode == 0, result.stdout + result.stderr
     events = [
@@ -170,4 +184,6 @@ def test_batch_sweep_meets_a_real_oom_and_settles_below_it(sweep_env):
     assert passing, result.stdout
     best = max(passing, key=passing.get)
     optimal_row = next(line for line in result.stdout.splitlines() if "← optimal" in line)
-    assert optimal_row.split("|")[1].strip() == best.split("=")[1]
+    chosen = f"per_device_batch_size={optimal_row.split('|')[1].strip()}"
+    # the fastest, or (the tie rule) a smaller value within the 1 % band of it with one run per value
+    assert chosen == best or (chosen < best and passing[chosen] * 1.01 >= passing[best]), (chosen, passing)

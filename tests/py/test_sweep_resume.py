@@ -213,7 +213,7 @@ def unimodal(b):  # peaks at 20
 
 
 def by_batch(point, nodes, attempt):
-    return passing(unimodal(float(point.key.split("=", 1)[1])))
+    return passing(unimodal(float(point.key.split("=", 1)[1].split("#")[0])))  # "4#2": the value's 2nd run
 
 
 def tried(runner):
@@ -238,6 +238,7 @@ def tiny_config(monkeypatch, tmp_path):
 
 def finished_batch(monkeypatch, tmp_path, max_runs="2", sweep_id="b1"):
     args = ["batch", "--id", sweep_id, "--local", "tiny", "--start", "4", "--max-runs", max_runs]
+    args += ["--device-memory", "1000"]  # on CPU the probe needs its bound; this one is far above tiny's needs
     result, runner = invoke(monkeypatch, tmp_path, args, by_batch)
     assert result.exit_code == 0, result.output
     assert f"--max-runs {max_runs} reached" in result.output
@@ -249,13 +250,15 @@ def test_a_finished_sweep_stopped_by_max_runs_is_extended_and_runs_only_the_new_
 ):
     whole = finished_batch(monkeypatch, tmp_path, max_runs="4", sweep_id="fresh")  # what 4 runs probe at once
     first = finished_batch(monkeypatch, tmp_path)
-    assert first == whole[:2]
+    assert first == whole[: len(whole) // 2]  # 2 of 4 values, each with its --repeats runs
     result, runner = invoke(monkeypatch, tmp_path, ["resume", "b1", "--max-runs", "4"], by_batch)
     assert result.exit_code == 0, result.output
     assert "[sweep] b1: --max-runs 2 -> 4" in result.output
-    assert tried(runner) == whole[2:]  # the probe goes on where it stopped; the first two answer from the record
+    assert (
+        tried(runner) == whole[len(first) :]
+    )  # the probe goes on where it stopped; the first two answer from the record
     assert "[per_device_batch_size=4] (recorded)" in result.output
-    assert "Runs: 4 of at most 4" in result.output
+    assert "Runs: 4 value(s) of at most 4, 2 job(s) each." in result.output
     plan = json.loads((tmp_path / "ws" / "sweeps" / "b1" / "plan.json").read_text())
     assert plan["params"]["max_runs"] == 4 and plan["state"] == "finished"
 
@@ -309,3 +312,15 @@ def test_max_runs_is_refused_for_a_sweep_of_given_values(monkeypatch, tmp_path, 
     )
     result, _ = invoke(monkeypatch, tmp_path, ["resume", "v1"], by_batch)
     assert result.exit_code == 1 and result.output.strip().endswith("; start a new one with another --id")
+
+
+def test_a_batch_sweep_recorded_before_repeats_resumes_with_one_run_per_value(monkeypatch, tmp_path, tiny_config):
+    """A plan.json written before --repeats existed ran each value once: resume must not add `#2` runs."""
+    finished_batch(monkeypatch, tmp_path, max_runs="2")
+    plan_file = tmp_path / "ws" / "sweeps" / "b1" / "plan.json"
+    plan = json.loads(plan_file.read_text())
+    del plan["params"]["repeats"]
+    plan_file.write_text(json.dumps(plan))
+    result, runner = invoke(monkeypatch, tmp_path, ["resume", "b1", "--max-runs", "3"], by_batch)
+    assert result.exit_code == 0, result.output
+    assert len(tried(runner)) == 1 and "#" not in tried(runner)[0], tried(runner)

@@ -408,3 +408,18 @@ def test_a_job_with_no_log_is_a_failure_not_a_crash(monkeypatch, tmp_path):
     result, _ = invoke(monkeypatch, tmp_path, ["xla", "--id", "n", "tiny", "-w", "n1", "--catalog", str(cat)], script)
     assert result.exit_code == 0, result.output
     assert rows(result.output)["only"][4].startswith("FAIL (no-log)")
+
+
+def test_two_wins_within_the_band_of_each_other_are_reported_as_a_tie(monkeypatch, tmp_path):
+    cat = write(tmp_path)
+    tgs = dict(TGS, neutral=[1030.0, 1036.0])  # +3.0 % vs the winner's +3.5 %: both win, 0.5 % apart
+    args = ["xla", "--id", "x1", "tiny", "-N", "1", "-w", "n1", "--catalog", str(cat)]
+    result, _ = invoke(monkeypatch, tmp_path, args, by_profile(tgs))
+    assert result.exit_code == 0, result.output
+    assert rows(result.output)["neutral"][4] == "win"
+    assert "Winner: good (+3.5%)" in result.output
+    assert "Within the ±1.0% band of the winner (a tie as far as the runs tell" in result.output
+    assert "before choosing): neutral." in result.output
+    # one winner clear of the rest says nothing of the kind
+    result, _ = invoke(monkeypatch, tmp_path, [*args[:2], "x2", *args[3:]], by_profile(TGS))
+    assert "band of the winner" not in result.output

@@ -80,6 +80,9 @@ def list_command():
 # only grow (a larger --max-runs lets the batch probe go on where --max-runs stopped it, even after it finished).
 # Anything else would make the recorded points answer a different sweep.
 RAISES = ("max_runs",)
+# Options a driver gained after some plans were written, with the value that means what those plans ran: an
+# older batch sweep ran each value once, and its recorded points must answer for it on resume.
+ADDED_LATER = {"batch": {"repeats": 1}}
 
 
 @group.command("resume")
@@ -112,6 +115,8 @@ def resume_command(ctx, sweep_id, **changes):
             "sweep", f"sweep {sweep_id}: {sweep.plan_file} has no settings (params); it cannot be resumed"
         )
     params = {k: tuple(v) if isinstance(v, list) else v for k, v in plan["params"].items()}
+    for name, value in ADDED_LATER.get(driver, {}).items():
+        params.setdefault(name, value)
     changed = _changes(ctx, sweep_id, command, params, {k: v for k, v in changes.items() if v is not None})
     extended = any(name in RAISES for name in changed)
     if plan.get("state") == state.FINISHED and not extended:

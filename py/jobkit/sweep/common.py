@@ -4,15 +4,24 @@ A driver is a click command whose body builds points and calls `engine.run`; `ex
 sweep's life cycle: create or reopen the sweep dir (only after every input is checked, so bad input
 leaves nothing behind), turn Ctrl-C / SIGTERM into a clean interrupt, stop on a bail-out rule, write
 summary.md, and exit 0 (finished), 1 (bad input), 3 (stopped by a rule) or 130/143 (interrupted).
+
+Noise, for every driver that names a winner (batch, xla): a setting's runs (repeats) give a mean and a
+`spread`, the full max-min range of their TGS as a percentage of their mean (the one definition both
+drivers show). The `noise_band` is the largest spread among the settings that ran at least twice, at least
+a floor; with no repeats it is the floor alone and unmeasured. `pick` names a winner only when the best
+mean beats the runner-up's by more than the band; otherwise the values within the band of the best tie
+and the driver's tie rule chooses among them (the batch driver: the smaller value).
 """
 
 from __future__ import annotations
 
 import os
+import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Hashable, Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import click
@@ -52,11 +61,13 @@ def parse_nodes(text: str | None, need: int = 1, local: bool = False) -> tuple[s
             raise state.SweepError("-w names Slurm nodes; --local runs on this machine only (drop -w or --local)")
         return ()
     if not text:
-        raise state.SweepError("give the nodes to pin the sweep to with -w (e.g. -w node[1-4]); sweeps never float")
+        raise state.SweepError("give the nodes to pin the sweep to with -w (e.g. -w 'node[1-4]'); sweeps never float")
     try:
         nodes = tuple(expand_nodelist(text))
     except ValueError as exc:
-        raise state.SweepError(f"-w {text!r} is not a node list ({exc}); write e.g. node1,node2 or node[1-4]") from exc
+        raise state.SweepError(
+            f"-w {text!r} is not a node list ({exc}); write e.g. node1,node2 or 'node[1-4]'"
+        ) from exc
     if len(nodes) > MAX_NODES:
         raise state.SweepError(
             f"-w {text!r} names {len(nodes):,} nodes; a sweep takes at most {MAX_NODES:,} (split it)"
@@ -280,6 +291,52 @@ def driver_command(name: str):
         return click.command(name)(options(func))
 
     return wrap
+
+
+# --- noise: one definition of spread and band for every driver that names a winner ---
+def spread(values: Sequence[float]) -> float | None:
+    """The full range of VALUES (max - min) as a percentage of their mean; None with fewer than two."""
+    if len(values) < 2:
+        return None
+    mean = statistics.fmean(values)
+    return (max(values) - min(values)) / mean * 100 if mean else None
+
+
+def noise_band(groups: Iterable[Sequence[float]], floor: float) -> tuple[float, bool]:
+    """(band in %, measured?): the largest spread of GROUPS (each the runs of one setting), at least FLOOR;
+    FLOOR and unmeasured when no group has two runs."""
+    spreads = [s for s in (spread(g) for g in groups) if s is not None]
+    return (max(floor, *spreads), True) if spreads else (floor, False)
+
+
+def above(value: float, reference: float) -> float:
+    """VALUE relative to REFERENCE, in percent (+2.0: 2 % higher)."""
+    return (value - reference) / reference * 100
+
+
+@dataclass(frozen=True)
+class Pick:
+    """The choice among settings by mean TGS: `chosen`, the one with the `best` mean, and `tied` (within the
+    band of the best, best first; just [best] when the best beats the runner-up by more than the band)."""
+
+    chosen: Hashable
+    best: Hashable
+    tied: tuple
+    band: float
+
+    @property
+    def is_tie(self) -> bool:
+        return len(self.tied) > 1
+
+
+def pick(means: dict, band: float, tie_rule: Callable[[list], Hashable]) -> Pick | None:
+    """The winner of MEANS (setting -> mean TGS) under BAND; TIE_RULE(tied settings) chooses on a tie."""
+    if not means:
+        return None
+    ranked = sorted(means, key=lambda k: -means[k])
+    best = ranked[0]
+    tied = tuple(k for k in ranked if means[best] <= 0 or above(means[best], means[k]) <= band)
+    return Pick(tie_rule(list(tied)) if len(tied) > 1 else best, best, tied, band)
 
 
 # --- tables ---

@@ -416,7 +416,7 @@ def stop_rule(engine: Engine, entries: list[Entry], sides: list[Side], summary):
 
 @common.driver_command("models")
 @click.option("--commits", nargs=2, metavar="BASE CANDIDATE", help="Compare two commits (default: this checkout).")
-@click.option("-w", "--nodelist", "nodelist", help="Nodes the table's placement picks from, e.g. node[1-8].")
+@click.option("-w", "--nodelist", "nodelist", help="Nodes the table's placement picks from, e.g. 'node[1-8]'.")
 @click.option("--table", "table_file", help=f"Model table (default {TABLE}).")
 @click.option("--only", help="Comma-separated models of the table to run (opt-in ones too, e.g. tiny).")
 @common.steps_option

@@ -415,7 +415,7 @@ def report(search: Search, finding: Finding) -> str:
 
 @common.driver_command("network")
 @click.argument("model")
-@click.option("-w", "--nodelist", "nodelist", help="Nodes to test together, e.g. node[1-8] (required).")
+@click.option("-w", "--nodelist", "nodelist", help="Nodes to test together, e.g. 'node[1-8]' (required).")
 @click.option(
     "--baseline",
     type=clitypes.Positive("TGS per device", max=1e9),
@@ -444,7 +444,9 @@ def command(model, nodelist, baseline, from_sweep, tolerance, steps, extra, **pa
         model = common.resolve_model(model)
         all_nodes = common.parse_nodes(nodelist)
         if len(all_nodes) < 2:
-            raise state.SweepError(f"-w {nodelist!r} is one node; a network sweep needs at least 2 (e.g. -w node[1-4])")
+            raise state.SweepError(
+                f"-w {nodelist!r} is one node; a network sweep needs at least 2 (e.g. -w 'node[1-4]')"
+            )
         expect = expectation(model, baseline, from_sweep)
     except state.SweepError as exc:
         raise JobkitError("sweep", str(exc)) from None

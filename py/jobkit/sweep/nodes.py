@@ -67,7 +67,7 @@ def report(model: str, nodes: tuple[str, ...], outcomes: list[Outcome]) -> str:
 
 @common.driver_command("nodes")
 @click.argument("model")
-@click.option("-w", "--nodelist", "nodelist", help="Nodes to test, e.g. node[1-4] (required).")
+@click.option("-w", "--nodelist", "nodelist", help="Nodes to test, e.g. 'node[1-4]' (required).")
 @common.steps_option
 @click.argument("extra", nargs=-1, type=click.UNPROCESSED)
 def command(model, nodelist, steps, extra, **params):

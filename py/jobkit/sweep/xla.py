@@ -82,7 +82,7 @@ def run_waves(engine, plan: Plan, profiles: list[Profile], wave_size: int) -> tu
 @common.driver_command("xla")
 @click.argument("model")
 @click.option("-N", "--nodes", "num_nodes", type=click.IntRange(1), default=1, show_default=True, help="Nodes per job.")
-@click.option("-w", "--nodelist", "nodelist", help="Exactly -N nodes every job runs on, e.g. node[1-2].")
+@click.option("-w", "--nodelist", "nodelist", help="Exactly -N nodes every job runs on, e.g. 'node[1-2]'.")
 @click.option("--catalog", required=True, help="YAML catalog of profiles (configs/xla_catalogs/*.yml).")
 @click.option("--repeats", type=click.IntRange(1, 10), default=2, show_default=True, help="Runs per profile.")
 @click.option("--profiles", "profile_names", help="Only these catalog profiles, in this order (a,b,c).")

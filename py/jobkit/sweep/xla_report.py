@@ -6,8 +6,8 @@
      inventory, leaderboard, effect of the deployed settings, conclusion, the winner's deployment
      recipe, negative findings, every profile and every job.
 
-Noise band: the full max-min spread of the baseline-deployed repeats as a percentage of their mean, at
-least 0.5 %. A profile's mean and the baseline's mean each carry run-to-run noise; the whole range the
+Noise band: the spread of the baseline-deployed repeats (jobkit.sweep.common.spread: the full max-min
+range as a percentage of their mean, the definition the batch driver uses too), at least 0.5 %. A profile's mean and the baseline's mean each carry run-to-run noise; the whole range the
 baseline showed against itself is about one standard deviation of the difference of two 2-run means, so
 a half-range band would call noise a win too often. With one run per profile the band is unknown and the
 verdicts use the floor alone (the report says so). Verdicts: win (Δ above +band), within noise, loss
@@ -64,11 +64,8 @@ class Result:
 
     @property
     def spread(self) -> float | None:
-        """max - min of the passing runs, % of their mean (None with fewer than two)."""
-        values = [o.tgs for o in self.passed]
-        if len(values) < 2 or not self.tgs:
-            return None
-        return (max(values) - min(values)) / self.tgs * 100
+        """The passing runs' spread (jobkit.sweep.common.spread: max - min, % of their mean)."""
+        return common.spread([o.tgs for o in self.passed])
 
 
 def results(outcomes: list[Outcome]) -> dict[str, Result]:
@@ -80,10 +77,7 @@ def results(outcomes: list[Outcome]) -> dict[str, Result]:
 
 def noise_band(baseline: Result | None) -> tuple[float, bool]:
     """(band in %, measured?) from the baseline-deployed repeats; the floor, unmeasured, with fewer than two."""
-    spread = baseline.spread if baseline else None
-    if spread is None:
-        return BAND_FLOOR, False
-    return max(BAND_FLOOR, spread), True
+    return common.noise_band([[o.tgs for o in baseline.passed]] if baseline else [], BAND_FLOOR)
 
 
 def delta(result: Result, reference: float | None) -> float | None:
@@ -140,6 +134,14 @@ class Ranking:
         wins = [r for r in self.profiles if self.verdict(r.name) == "win"]
         return max(wins, key=lambda r: r.tgs or 0.0, default=None)
 
+    @property
+    def tied_with_winner(self) -> list[str]:
+        """Other winning profiles within the band of the winner (common.pick): as good, as far as the runs
+        tell. The winner stays the higher mean (there is no "smaller" among profiles); the report says it."""
+        wins = {r.name: r.tgs for r in self.profiles if self.verdict(r.name) == "win" and r.tgs}
+        chosen = common.pick(wins, self.band, lambda tied: tied[0])
+        return [n for n in chosen.tied if n != chosen.best] if chosen else []
+
     def ordered(self) -> list[Result]:
         """By mean TGS, best first; profiles with no passing run last."""
         return sorted(self.results.values(), key=lambda r: (r.tgs is None or bool(r.failed), -(r.tgs or 0.0)))
@@ -189,6 +191,11 @@ def leaderboard(ranking: Ranking, skipped: list[str]) -> str:
     lines.append(
         f"Winner: {winner.name} ({common.fmt_pct(ranking.delta(winner.name), True)})." if winner else "Winner: none."
     )
+    if winner is not None and ranking.tied_with_winner:
+        lines.append(
+            f"Within the ±{ranking.band:.1f}% band of the winner (a tie as far as the runs tell; confirm with more"
+            f" --repeats before choosing): {', '.join(ranking.tied_with_winner)}."
+        )
     if skipped:
         lines.append(f"Not run (the +{EARLY_WIN:g}% stop rule ended the search): {', '.join(skipped)}.")
     return "\n".join(lines) + "\n"
