@@ -20,6 +20,7 @@ import subprocess
 import tempfile
 from dataclasses import dataclass, field
 
+from jobkit.core import metrics_state
 from jobkit.observe import promserver
 
 TIMEOUT_S = 300
@@ -42,15 +43,9 @@ class Series:
 
 
 def is_tsdb(path: str) -> bool:
-    """A directory that holds a WAL or at least one block (ULID-named dir with meta.json)."""
-    if not os.path.isdir(path):
-        return False
-    if os.path.isdir(os.path.join(path, "wal")):
-        return True
-    try:
-        return any(os.path.isfile(os.path.join(path, d, "meta.json")) for d in os.listdir(path))
-    except OSError:  # a dir it may not list: read() says so, rather than "no TSDB"
-        return os.path.basename(os.path.normpath(path)) == "prometheus"
+    """A directory that holds a WAL or at least one block (core.metrics_state's one test); one it may not list
+    counts, so that read() says why rather than "no TSDB"."""
+    return metrics_state.is_tsdb(path)
 
 
 def read(tsdb: str, families: str, promtool: str | None = None) -> dict[str, list[Series]]:

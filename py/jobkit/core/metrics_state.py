@@ -20,7 +20,7 @@ _OFF = re.compile(
     r"\[observability\] (?:\[!\] )?"
     r"(?:metrics are off: (?P<off>.*?) \(training goes on\)|(?P<init>.*?): training without observability\b.*)\s*$"
 )
-_BLOCK = re.compile(r"^[0-9A-HJKMNP-TV-Z]{26}$")  # a TSDB block dir's ULID name
+BLOCK_NAME = re.compile(r"^[0-7][0-9A-HJKMNP-TV-Z]{25}$", re.IGNORECASE)  # a TSDB block dir's ULID name
 
 
 def ray_asked(header: dict[str, str]) -> bool:
@@ -50,7 +50,7 @@ def is_tsdb(path: str) -> bool:
         names = os.listdir(path)
     except OSError:
         return True
-    return any(_BLOCK.match(n) and os.path.isfile(os.path.join(path, n, "meta.json")) for n in names)
+    return any(BLOCK_NAME.match(n) and os.path.isfile(os.path.join(path, n, "meta.json")) for n in names)
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,7 @@ import time
 
 import click
 
+from jobkit.core import metrics_state
 from jobkit.core.errors import JobkitError
 from jobkit.core.tunnel import tunnel_hint
 from jobkit.observe import promserver, tsdb_blocks, tsdb_wal
@@ -50,12 +51,6 @@ def _env_int(name, default):
     return int(text)
 
 
-def _is_tsdb(path):
-    if os.path.isdir(os.path.join(path, "wal")):
-        return True
-    return any(os.path.isfile(os.path.join(path, e, "meta.json")) and len(e) == 26 for e in os.listdir(path))
-
-
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 def group():
     """Browse a job's Prometheus TSDB after the job."""
@@ -68,7 +63,7 @@ def group():
 def view(tsdb, port, data_range):
     """Serve TSDB on 127.0.0.1 until Ctrl-C (refuses a damaged WAL, changes nothing when it cannot start)."""
     tsdb = os.path.abspath(tsdb)
-    if not _is_tsdb(tsdb):
+    if not metrics_state.is_tsdb(tsdb):
         raise JobkitError(
             "tsdb view",
             f"{tsdb} is not a Prometheus TSDB (no wal/ and no block dirs); pass a job dir or its prometheus/ dir",

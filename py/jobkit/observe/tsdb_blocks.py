@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from dataclasses import dataclass
 
-_ULID = re.compile(r"^[0-7][0-9A-HJKMNP-TV-Z]{25}$", re.IGNORECASE)
+from jobkit.core import metrics_state
+
+_ULID = metrics_state.BLOCK_NAME  # one definition of a block's name (core.metrics_state.is_tsdb uses it too)
 
 
 @dataclass(frozen=True)
