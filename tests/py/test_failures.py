@@ -106,7 +106,7 @@ NODES = ["node1", "node2"]
         ("maxtext-ici-parallelism-mismatch.log", "FAILED", 1, "config-error", ""),
         ("maxtext-parallelism-no-traceback.log", "FAILED", 1, "config-error", "node2"),
         ("jax-heartbeat-unhealthy-task.log", "FAILED", 1, "distributed-timeout", "node2"),
-        ("python-segfault-core-dump.log", "FAILED", 139, "killed-by-signal", ""),
+        ("python-segfault-core-dump.log", "FAILED", 139, "killed-by-signal", "vm"),  # the tier names its host
     ],
 )
 def test_recorded_cluster_failures_are_classed_with_the_host_they_blame(name, status, exit_code, reason, host):
@@ -180,11 +180,16 @@ def test_why_names_the_signal_and_the_core_the_log_names_with_the_commands_to_op
     lines = why(log)  # no --exit-code: the JOB SUMMARY's exit 139 and the message say SIGSEGV
     assert lines[0] == "killed-by-signal: SIGSEGV"
     assert lines[1] == "  evidence: Fatal Python error: Segmentation fault"
-    assert lines[2] == f"  core: {core} (667MiB) (not on this machine)"
+    assert lines[2:4] == ["  host: vm", "  blamed because: the training tier names it"]
+    advice = next(s.advice for s in failures.load_catalogue().signatures if s.id == "killed-by-signal")
+    assert lines[4:6] == ["  retry: retry", f"  advice: {advice}"]
+    assert lines[6].startswith("  signature: killed-by-signal (cpython ")
     gdb = "gdb -batch -ex 'thread apply all bt' /work/main/.venv/bin/python3"
-    assert lines[3] == f"    native stacks: {gdb} {core}"
-    assert lines[4] == f"    python stacks: py-spy dump --core {core}"
-    assert len(lines) == 5
+    assert lines[7:] == [
+        f"  core: {core} (667MiB) (not on this machine)",
+        f"    native stacks: {gdb} {core}",
+        f"    python stacks: py-spy dump --core {core}",
+    ]
 
 
 def test_why_finds_the_core_in_the_job_dir_by_its_name_when_the_logged_path_is_elsewhere(tmp_path):
@@ -227,10 +232,9 @@ def test_why_without_coredump_lines_says_how_to_keep_a_core_and_stays_quiet_for_
         == f"  core: none kept (COREDUMP=0); run again with COREDUMP=1 to keep one in {tmp_path}/local_3-JAX-tiny/cores/"
     )
     log.write_text(JOB_HEADER + "Traceback (most recent call last):\nValueError: x\n")
-    assert why(log, "--exit-code", "1") == [
-        "python-exception: ValueError",
-        "  evidence: Traceback (most recent call last):",
-    ]
+    lines = why(log, "--exit-code", "1")
+    assert lines[:2] == ["python-exception: ValueError", "  evidence: Traceback (most recent call last):"]
+    assert not any(line.startswith("  core: ") for line in lines)  # quiet about cores for other failures
 
 
 def test_why_lists_each_ranks_core_of_a_multi_node_job_and_blames_the_first_crash(tmp_path):
@@ -249,11 +253,14 @@ def test_why_lists_each_ranks_core_of_a_multi_node_job_and_blames_the_first_cras
         "  evidence: 1: [coredump] training killed by SIGABRT (exit 134) on node2",
         "  host: node2",
     ]
+    assert lines[3] == "  blamed because: the training tier names it; the first of 2 hosts to report it (log order)"
+    assert "  followers: node1 (failed or were stopped after it)" in lines
     assert [line for line in lines if line.startswith("  core: ")] == [
         "  core: /ws/4242-JAX-tiny/cores/core.node2.jobkit.11 (2.0GiB) (not on this machine)",
         "  core: /ws/4242-JAX-tiny/cores/core.node1.jobkit.10 (2.1GiB) (not on this machine)",
     ]
-    assert "    native stacks: gdb -batch -ex 'thread apply all bt' /opt/venv/bin/python3 " in lines[4]
+    native = lines.index("  core: /ws/4242-JAX-tiny/cores/core.node2.jobkit.11 (2.0GiB) (not on this machine)") + 1
+    assert "    native stacks: gdb -batch -ex 'thread apply all bt' /opt/venv/bin/python3 " in lines[native]
 
 
 # ------------------------------------------------------------------------------- bad input (round 2)
@@ -314,7 +321,7 @@ def test_why_on_a_successful_run_says_there_is_nothing_to_classify(tmp_path):
         assert (result.exit_code, result.output) == (0, "succeeded: nothing to classify\n"), args
     # The caller's word wins over the summary's: a run called failed is classified.
     result = why_result(log, "--status", "FAILED", "--exit-code", "1")
-    assert result.exit_code == 0 and result.output == "unknown: exit 1\n"
+    assert result.exit_code == 0 and result.output == "unknown: exit 1\n  retry: never\n"
 
 
 def test_why_on_a_log_without_a_job_summary_says_it_is_incomplete(tmp_path):
