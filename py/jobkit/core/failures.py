@@ -64,7 +64,9 @@ class Signature:
 
     def matches(self, text: str) -> list[int]:
         """Where any of its patterns matches TEXT, in log order (none when an `unless` pattern is there)."""
-        found = sorted({m.start() for p in self.patterns for m in p.finditer(text)})
+        # A match that starts with blank space (a prefix's optional spaces) is placed at its first character.
+        found = sorted({m.start() + len(m.group(0)) - len(m.group(0).lstrip()) for p in self.patterns
+                        for m in p.finditer(text)})  # fmt: skip
         if found and any(u.search(text) for u in self.unless):
             return []
         return found
@@ -298,17 +300,18 @@ def classes() -> list[str]:
 
 
 def markdown_table() -> str:
-    """README's failure-class table, from the catalogue: class, retry, how the host is blamed, entries' sources."""
-    rows = ["| class | retry | blames | signatures (program: source) |", "|---|---|---|---|"]
+    """README's failure-class table, from the catalogue: class, retry, how the host is blamed, its entries."""
+    rows = ["| class | retry | blames | catalogue entries (another retry policy in brackets) |", "|---|---|---|---|"]
     by_class: dict[str, list[Signature]] = {}
     for sig in load_catalogue(local=None).signatures:
         by_class.setdefault(sig.cls, []).append(sig)
     for name, sigs in by_class.items():
         blames = sorted({s.blame for s in sigs} - {"none"}) or ["none"]
-        sources = "; ".join(f"`{s.id}`" for s in sigs)
-        rows.append(f"| {name} | {sigs[0].retry} | {', '.join(blames)} | {sources} |")
+        entries = "; ".join(f"`{s.id}`" + (f" ({s.retry})" if s.retry != sigs[0].retry else "") for s in sigs)
+        rows.append(f"| {name} | {sigs[0].retry} | {', '.join(blames)} | {entries} |")
     rows.append(
-        "| cancelled (status/exit 130, 143 and no task failed first), no-steps, unknown | never | none | built in |"
+        "| no-steps, unknown | never | failed-task | built in: no step line at all; anything else "
+        "(and `cancelled` for status CANCELLED, or exit 130/143 with no task failing first) |"
     )
     return "\n".join(rows) + "\n"
 
@@ -318,7 +321,7 @@ def markdown_table() -> str:
 # Where a line names the host at fault, most direct first: Slurm or our launcher naming the node, then a rank
 # prefix (`1: ...`, srun -l) or a JAX task (`/task:1`), the node of that process rank (one process per node).
 _SRUN_TASK = re.compile(r"^srun: error: ([\w.-]+): tasks? ([\d,-]+): (.+)$", re.M)
-_NODE_EXIT = re.compile(r"^(?:\s*\d+: )?NODE_EXIT host=(\S+) exit=(\d+)", re.M)
+_NODE_EXIT = re.compile(r"^(?:[ \t]*\d+: )?NODE_EXIT host=(\S+) exit=(\d+)", re.M)
 _NAMED = [
     (re.compile(r"^srun: error: ([\w.-]+): tasks? ([\d,-]+):"), "srun names the node of task {1}"),
     (re.compile(r"Node failure on ([\w.-]+)"), "srun's 'Node failure on {0}'"),
@@ -371,10 +374,13 @@ def _accused_task(text: str, pos: int, nodes: list[str] | None) -> tuple[str | N
     """The JAX task a coordination message accuses, on its line or the 4 after it, in each format JAX prints."""
     start = text.rfind("\n", 0, pos) + 1
     lines = text[start : start + 4000].split("\n")[:5]
+    prefix = _RANK_PREFIX.match(lines[0])
     for i, raw in enumerate(lines):
         line = _FIRST_AT_BARRIER.sub("", raw)
+        if i and (_line_prefix(raw) != (prefix.group(0) if prefix else "") or _ABSL_TIME.match(raw)):
+            break  # the message ended: another rank's line, or a new log record
         m, form = _JAX_TASK.search(line), "/task:{n}"
-        if m is None:
+        if m is None and not i:
             m, form = _TASK_WORD.search(line), "task {n}"
         if m is None and i:
             m, form = _BARE_NUMBER.search(line), "a bare {n}"
@@ -383,6 +389,11 @@ def _accused_task(text: str, pos: int, nodes: list[str] | None) -> tuple[str | N
             where = "on the message's line" if i == 0 else f"{i} line(s) after the message"
             return nodes[n], f"the accused JAX task ({form.format(n=n)}, {where}) -> node {n + 1} of JOB_NODELIST"
     return None, ""
+
+
+def _line_prefix(line: str) -> str:
+    m = _RANK_PREFIX.match(line)
+    return m.group(0) if m else ""
 
 
 def failed_tasks(text: str) -> list[tuple[int, str, str, bool]]:
@@ -419,10 +430,8 @@ def _blame(sig: Signature, text: str, positions: list[int], nodes: list[str] | N
         return "", "", positions[0], ()
     candidates = []
     for pos in positions:
-        if sig.blame == "jax-task":
+        if sig.blame == "jax-task":  # the task that reported it is not at fault: no accused task, no host
             host, how = _accused_task(text, pos, nodes)
-            if host is None:
-                host, how = _host_and_how(_line_at(text, pos, 10_000), nodes)
         else:
             host, how = _host_and_how(_line_at(text, pos, 10_000), nodes)
         if host:
@@ -507,6 +516,11 @@ def matches(text: str, catalogue: Catalogue | None = None) -> list[tuple[int, Si
     return sorted(found, key=lambda f: f[0])
 
 
+def _signalled(exit_code: int | None) -> bool:
+    """An exit code that names the signal that ended training (not 130/143: a cancel, or srun stopping peers)."""
+    return exit_code is not None and exit_code > 128 and exit_code not in CANCEL_EXIT_CODES
+
+
 def classify(
     text: str,
     status: str | None = None,
@@ -527,16 +541,16 @@ def classify(
             continue
         if stopped and sig.weak:
             continue
-        if sig.cls == "python-exception" and exit_code is not None and exit_code > 128 and not stopped:
+        if sig.cls == "python-exception" and _signalled(exit_code):
             return Failure("killed-by-signal", _signal_name(exit_code - 128), f"exit code {exit_code}",
                            retry=retry_policy("killed-by-signal"))  # fmt: skip
         positions = sig.matches(clean)
         if positions:
             return _failure(sig, clean, positions, exit_code, nodes)
-    if cancelled or exit_code in CANCEL_EXIT_CODES:
+    if cancelled or stopped:
         evidence = f"exit code {exit_code}" if exit_code in CANCEL_EXIT_CODES and not cancelled else f"status {status}"
         return Failure("cancelled", evidence=evidence, retry="never", advice="the job was cancelled; nothing failed")
-    if exit_code is not None and exit_code > 128:
+    if _signalled(exit_code):
         return Failure("killed-by-signal", _signal_name(exit_code - 128), f"exit code {exit_code}",
                        retry=retry_policy("killed-by-signal"))  # fmt: skip
     tasks = [t for t in failed_tasks(clean) if not t[3]]
