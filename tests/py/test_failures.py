@@ -106,7 +106,7 @@ NODES = ["node1", "node2"]
         ("maxtext-ici-parallelism-mismatch.log", "FAILED", 1, "config-error", ""),
         ("maxtext-parallelism-no-traceback.log", "FAILED", 1, "config-error", "node2"),
         ("jax-heartbeat-unhealthy-task.log", "FAILED", 1, "distributed-timeout", "node2"),
-        ("python-segfault-core-dump.log", "FAILED", 139, "killed-by-signal", ""),
+        ("python-segfault-core-dump.log", "FAILED", 139, "killed-by-signal", "vm"),  # the tier names its host
     ],
 )
 def test_recorded_cluster_failures_are_classed_with_the_host_they_blame(name, status, exit_code, reason, host):
@@ -180,11 +180,16 @@ def test_why_names_the_signal_and_the_core_the_log_names_with_the_commands_to_op
     lines = why(log)  # no --exit-code: the JOB SUMMARY's exit 139 and the message say SIGSEGV
     assert lines[0] == "killed-by-signal: SIGSEGV"
     assert lines[1] == "  evidence: Fatal Python error: Segmentation fault"
-    assert lines[2] == f"  core: {core} (667MiB) (not on this machine)"
+    assert lines[2:4] == ["  host: vm", "  blamed because: the training tier names it"]
+    advice = next(s.advice for s in failures.load_catalogue().signatures if s.id == "killed-by-signal")
+    assert lines[4:6] == ["  retry: retry", f"  advice: {advice}"]
+    assert lines[6].startswith("  signature: killed-by-signal (cpython ")
     gdb = "gdb -batch -ex 'thread apply all bt' /work/main/.venv/bin/python3"
-    assert lines[3] == f"    native stacks: {gdb} {core}"
-    assert lines[4] == f"    python stacks: py-spy dump --core {core}"
-    assert len(lines) == 5
+    assert lines[7:] == [
+        f"  core: {core} (667MiB) (not on this machine)",
+        f"    native stacks: {gdb} {core}",
+        f"    python stacks: py-spy dump --core {core}",
+    ]
 
 
 def test_why_finds_the_core_in_the_job_dir_by_its_name_when_the_logged_path_is_elsewhere(tmp_path):
@@ -227,10 +232,9 @@ def test_why_without_coredump_lines_says_how_to_keep_a_core_and_stays_quiet_for_
         == f"  core: none kept (COREDUMP=0); run again with COREDUMP=1 to keep one in {tmp_path}/local_3-JAX-tiny/cores/"
     )
     log.write_text(JOB_HEADER + "Traceback (most recent call last):\nValueError: x\n")
-    assert why(log, "--exit-code", "1") == [
-        "python-exception: ValueError",
-        "  evidence: Traceback (most recent call last):",
-    ]
+    lines = why(log, "--exit-code", "1")
+    assert lines[:2] == ["python-exception: ValueError", "  evidence: Traceback (most recent call last):"]
+    assert not any(line.startswith("  core: ") for line in lines)  # quiet about cores for other failures
 
 
 def test_why_lists_each_ranks_core_of_a_multi_node_job_and_blames_the_first_crash(tmp_path):
@@ -249,11 +253,14 @@ def test_why_lists_each_ranks_core_of_a_multi_node_job_and_blames_the_first_cras
         "  evidence: 1: [coredump] training killed by SIGABRT (exit 134) on node2",
         "  host: node2",
     ]
+    assert lines[3] == "  blamed because: the training tier names it; the first of 2 hosts to report it (log order)"
+    assert "  followers: node1 (failed or were stopped after it)" in lines
     assert [line for line in lines if line.startswith("  core: ")] == [
         "  core: /ws/4242-JAX-tiny/cores/core.node2.jobkit.11 (2.0GiB) (not on this machine)",
         "  core: /ws/4242-JAX-tiny/cores/core.node1.jobkit.10 (2.1GiB) (not on this machine)",
     ]
-    assert "    native stacks: gdb -batch -ex 'thread apply all bt' /opt/venv/bin/python3 " in lines[4]
+    native = lines.index("  core: /ws/4242-JAX-tiny/cores/core.node2.jobkit.11 (2.0GiB) (not on this machine)") + 1
+    assert "    native stacks: gdb -batch -ex 'thread apply all bt' /opt/venv/bin/python3 " in lines[native]
 
 
 # ------------------------------------------------------------------------------- bad input (round 2)
@@ -314,7 +321,7 @@ def test_why_on_a_successful_run_says_there_is_nothing_to_classify(tmp_path):
         assert (result.exit_code, result.output) == (0, "succeeded: nothing to classify\n"), args
     # The caller's word wins over the summary's: a run called failed is classified.
     result = why_result(log, "--status", "FAILED", "--exit-code", "1")
-    assert result.exit_code == 0 and result.output == "unknown: exit 1\n"
+    assert result.exit_code == 0 and result.output == "unknown: exit 1\n  retry: never\n"
 
 
 def test_why_on_a_log_without_a_job_summary_says_it_is_incomplete(tmp_path):
@@ -348,3 +355,201 @@ def test_a_launcher_refusal_before_training_is_a_config_error_with_its_line(tmp_
     assert failures.classify(f"0: {die}\n", "FAILED", 2).reason == "config-error"
     # Only at the start of a line: a quoted mention elsewhere is not the launcher refusing.
     assert failures.classify("echo '[train_env] ERROR: x'\n", "FAILED", 1).reason != "config-error"
+
+
+# ------------------------------------------------------------------------ the catalogue (configs/failure_signatures.yaml)
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_readme_failure_class_table_is_the_catalogue():
+    readme = (REPO / "README.md").read_text()
+    table = failures.markdown_table()
+    assert table in readme, "README's failure-class table differs from the catalogue; paste:\n" + table
+
+
+def test_every_entry_names_its_source_retry_policy_and_advice():
+    catalogue = failures.load_catalogue(local=None)
+    assert len(catalogue.signatures) >= 40
+    for sig in catalogue.signatures:
+        assert sig.source and sig.advice and sig.retry in failures.RETRY_POLICIES, sig.id
+    # The seeds' xla-tuning failure table: each row has an entry (its signature text classifies).
+    rows = {
+        "0: jax.errors.JaxRuntimeError: DEADLINE_EXCEEDED: GetKeyValue() timed out with key: x\n": "distributed-timeout",
+        "0: F1124 parse_flags_from_env.cc:234] Unknown flags in XLA_FLAGS: --xla_foo\n": "unknown-xla-flag",
+        "0: RESOURCE_EXHAUSTED: Out of memory while trying to allocate 1 GiB\n": "oom",
+        "srun: error: Node failure on node2\n": "node-fail",
+        "1: ionic_comp_msn cqe with error\n": "collective-error",
+        "1: HSA_STATUS_ERROR_EXCEPTION: An HSAIL operation resulted in a hardware exception.\n": "gpu-hardware",
+        "slurmstepd: error: Detected 1 oom_kill event in StepId=7.0. Some of the step tasks have been OOM Killed.\n": "oom",
+        "_container.sh: DOCKER_IMAGE=/x.tar is not a file; point it at an image tarball or set an image name\n": "image-pull",
+        "srun: error: Unable to confirm allocation for job 7: Unable to contact slurm controller (connect failure)\n": (
+            "controller-down"
+        ),
+        "fatal: unable to access 'https://github.com/x/y.git/': The requested URL returned error: 500\n": "source-checkout",
+    }
+    for line, cls in rows.items():
+        assert failures.classify(line, "FAILED", 1).reason == cls, line
+
+
+def test_retry_policy_comes_from_the_catalogue_and_agrees_with_requeue():
+    from jobkit.ops import requeue
+
+    assert failures.retry_policy("gpu-hardware") == "retry-without-node"
+    assert failures.retry_policy("oom") == "never"
+    assert failures.retry_policy("cancelled") == "never"
+    assert failures.retry_policy("no-such-class") == "never"
+    for cls in requeue.RETRYABLE:
+        assert failures.retry_policy(cls) != "never", cls
+    for cls in requeue.BLAME_HOST:
+        assert failures.retry_policy(cls) == "retry-without-node", cls
+
+
+def _die_messages() -> list[str]:
+    """Every `_die "..."` message of our tiers, as its program prints it (variables filled with a word)."""
+    import re
+
+    out = []
+    for name in ("_job.sbatch", "_container.sh", "_train.sh"):
+        text = (REPO / name).read_text()
+        for msg in re.findall(r'_die "((?:[^"\\]|\\.)*)"', text):
+            msg = re.sub(r"\$\([^)]*\)|\$\{[^}]*\}|\$\w+", "x", msg)
+            out.append(f"{name}: {msg}")
+    return out
+
+
+OUR_MARKERS = [
+    "== Training TIMEOUT (3600s/3600s) 2026-11-25T21:21:26Z ==",
+    "== Preflight FAILED (exit=1, 3s) 2026-11-25T21:21:26Z ==",
+    "0: == HANG detected (phase training, last step 4, 9 s since) ==",
+    "== TIME LIMIT near (Slurm's warning, 300s ahead): training stops after saving a checkpoint (120s allowed) ==",
+    "1: == NO CORE DUMP (SIGSEGV) on node2: cores go to systemd-coredump on node2: coredumpctl list; core limit 0 ==",
+    "[job] oom-kill: the kernel's OOM killer ended 1 process(es) of this job (memory cgroup limit reached)",
+    "1: [preflight node2] FATAL: JOB_WORKSPACE=/ws is not writable",
+    "_job.sbatch: refusing to run: the snapshot changed",
+]
+
+
+@pytest.mark.parametrize("line", OUR_MARKERS + _die_messages())
+def test_a_line_our_tiers_write_to_end_a_job_is_never_unknown(line):
+    found = failures.classify(line + "\n", "FAILED", 1, has_steps=True, nodes=NODES)
+    assert found.reason not in ("unknown", "no-steps"), found
+    assert found.signature, found
+
+
+def test_die_messages_were_found():
+    assert len(_die_messages()) >= 15
+
+
+def test_a_site_local_file_overrides_disables_and_adds_entries(tmp_path, monkeypatch):
+    local = tmp_path / "site.yaml"
+    local.write_text(
+        "signatures:\n"
+        "  - id: device-oom\n    advice: 'ask #gpu-help first'\n"
+        "  - id: nccl-error\n    disabled: true\n"
+        "  - id: site-fabric-down\n    class: fabric-down\n    patterns: ['FABRIC DOWN on (\\S+)']\n"
+        "    source: 'site fabric manager'\n    retry: retry-without-node\n    blame: line\n"
+        "    advice: 'call the fabric on-call'\n    before: nccl-ib-completion-error\n"
+        "benign:\n  - pattern: 'harmless site warning'\n"
+    )
+    monkeypatch.setenv("FAILURE_SIGNATURES_FILE", str(local))
+    found = failures.classify("0: RESOURCE_EXHAUSTED: Out of memory\n", "FAILED", 1, nodes=NODES)
+    assert (found.reason, found.advice, found.host) == ("oom", "ask #gpu-help first", "node1")
+    assert failures.classify("RCCL error: remote process exited\n", "FAILED", 1).reason != "collective-error"
+    found = failures.classify("1: FABRIC DOWN on spine3\n", "FAILED", 1, nodes=NODES)
+    assert (found.reason, found.retry, found.host) == ("fabric-down", "retry-without-node", "node2")
+    ids = [s.id for s in failures.load_catalogue().signatures]
+    assert ids.index("site-fabric-down") == ids.index("nccl-ib-completion-error") - 1
+    assert failures.classify("0: harmless site warning: out of memory\n", "FAILED", 1).reason != "oom"
+    # Without the setting, a configs/failure_signatures.local.yaml beside the catalogue is read.
+    monkeypatch.delenv("FAILURE_SIGNATURES_FILE")
+    monkeypatch.setattr(failures, "LOCAL_CATALOGUE", local)
+    assert failures.load_catalogue().files[-1] == str(local)
+
+
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        ("signatures: [\n", "not a YAML catalogue at line 2"),
+        ("- just a list\n", "not a catalogue (a mapping with a 'signatures:' list)"),
+        (
+            "signatures:\n  - id: device-oom\n    retry: maybe\n",
+            "signature 1 (device-oom): retry 'maybe' is not one of",
+        ),
+        (
+            "signatures:\n  - id: x-new\n    class: oom\n",
+            "signature 1 (x-new): 'patterns' is missing; every entry names it",
+        ),
+        (
+            "signatures:\n  - id: device-oom\n    patterns: ['(unclosed']\n",
+            "signature 1 (device-oom): pattern '(unclosed' is not a regex",
+        ),
+        ("signatures:\n  - id: device-oom\n    colour: red\n", "signature 1 (device-oom): unknown key 'colour'"),
+        (
+            "signatures:\n  - id: nosuch\n    disabled: true\n",
+            "signature 1 (nosuch): disables an id the catalogue does not have",
+        ),
+        ("signatures:\n  - {class: oom}\n", "signature 1: id must be a lower-case name"),
+    ],
+)
+def test_a_bad_catalogue_is_one_line_naming_the_file_the_entry_and_the_fix(tmp_path, monkeypatch, text, said):
+    local = tmp_path / "site.yaml"
+    local.write_text(text)
+    monkeypatch.setenv("FAILURE_SIGNATURES_FILE", str(local))
+    with pytest.raises(failures.CatalogueError) as err:
+        failures.classify("x\n", "FAILED", 1)
+    message = err.value.format_message()
+    assert message.startswith(f"{local}: ") and said in message, message
+    assert "\n" not in message
+    # At the CLI's edge: that one line, and exit 1.
+    log = tmp_path / "job.log"
+    log.write_text(JOB_HEADER + "x\n==== JOB SUMMARY ====\n  Status: FAILED (exit 1)\n")
+    result = why_result(log)
+    assert result.exit_code == 1 and result.stderr == f"jobkit failures: {message}\n" and result.stdout == ""
+
+
+def test_a_duplicate_id_and_a_missing_setting_file_are_refused(tmp_path, monkeypatch):
+    base = tmp_path / "base.yaml"
+    entry = "  - {id: a, class: oom, patterns: [x], source: s, retry: never, blame: none, advice: a}\n"
+    base.write_text("signatures:\n" + entry + entry)
+    with pytest.raises(failures.CatalogueError, match=r"signature 2 \(a\): id used twice; rename one"):
+        failures.load_catalogue(base, local=None)
+    monkeypatch.setenv("FAILURE_SIGNATURES_FILE", str(tmp_path / "nope.yaml"))
+    with pytest.raises(failures.CatalogueError, match="FAILURE_SIGNATURES_FILE=.*nope.yaml: no such file"):
+        failures.load_catalogue()
+
+
+def test_blame_goes_to_the_first_host_by_absl_time_and_the_others_are_followers():
+    text = (
+        "0: E1124 10:05:02.500000 1 c.cc:1] RESOURCE_EXHAUSTED: Out of memory\n"
+        "1: E1124 10:05:01.100000 1 c.cc:1] RESOURCE_EXHAUSTED: Out of memory\n"
+    )
+    found = failures.classify(text, "FAILED", 1, nodes=NODES)
+    assert (found.host, found.followers) == ("node2", ("node1",))
+    assert "absl timestamps" in found.blame_how
+    # Without timestamps on every line, log order decides.
+    found = failures.classify(text.replace("1: E1124 10:05:01.100000 1 c.cc:1] ", "1: "), "FAILED", 1, nodes=NODES)
+    assert found.host == "node1" and "log order" in found.blame_how
+
+
+def test_srun_naming_the_node_blames_it_and_exit_143_of_the_peers_is_not_a_cancel():
+    text = "srun: error: gpu03: task 2: Out Of Memory\nsrun: error: gpu01: task 0: Terminated\n"
+    found = failures.classify(text, "FAILED", 143, nodes=["gpu01", "gpu02", "gpu03"])
+    assert (found.reason, found.host, found.followers) == ("oom", "gpu03", ("gpu01",))
+    assert found.blame_how == "srun names the node of task 2"
+    step = "slurmstepd: error: *** STEP 7.0 ON gpu01 CANCELLED AT 2026-11-24T10:12:09 ***\n"
+    found = failures.classify(step + "srun: error: gpu02: task 1: Exited with exit code 3\n", "FAILED", 143)
+    assert found.reason != "cancelled" and found.host == "gpu02"
+    assert failures.classify(step, "FAILED", 143).reason == "cancelled"  # no task failed first
+
+
+def test_the_accused_task_is_read_in_each_format_and_never_the_reporter():
+    head = "0: E1124 10:09:40.114211 1 coordination_service.cc:612] UNAVAILABLE: The following tasks are unhealthy (stopped sending heartbeats):\n"
+    for accused in ("0: /job:jax_worker/replica:0/task:1\n", "0: 1\n"):
+        assert failures.classify(head + accused, "FAILED", 1, nodes=NODES).host == "node2"
+    # The next record (another rank's, or a new absl line) is not part of the message.
+    assert failures.classify(head + "1: 0\n", "FAILED", 1, nodes=NODES).host == ""
+    same_line = (
+        "0: Task /job:jax_worker/replica:0/task:1 heartbeat timeout. This indicates that the remote task has failed\n"
+    )
+    assert failures.classify(same_line, "FAILED", 1, nodes=NODES).host == "node2"

@@ -1,105 +1,82 @@
-"""Why did a failed run fail? An ordered table of log patterns -> reason.
+"""Why did a failed run fail? A catalogue of what the programs a job runs print when they fail -> a class,
+the host to blame, whether to retry, and what to do.
 
-Order matters: a failing run usually shows several symptoms (an OOM inside a
-Python traceback, a coordination timeout that ends in SIGABRT, a GPU fault that
-ends in a collective error), and the first matching rule names the root cause.
-What Slurm says about the end (time limit, node failure, preemption) comes first,
-since those jobs also end as CANCELLED. Only meant for runs already known to have
-failed; successful runs can contain harmless matches (retried allocations).
-The patterns are written from the messages the vendors and projects print (see
-tests/fixtures/failures/, one recorded line per pattern). README has the table.
+The catalogue is data: `configs/failure_signatures.yaml` (each entry: class, patterns, the program and
+source file that prints the message, retry policy, how to blame a host, one line of advice), plus an
+optional site-local file that adds or overrides entries (`configs/failure_signatures.local.yaml`, or the
+file `FAILURE_SIGNATURES_FILE` names). A bad catalogue is one line naming the file, the entry and the fix.
+
+Order matters: a failing run usually shows several symptoms (an OOM inside a Python traceback, a coordination
+timeout that ends in SIGABRT, a GPU fault that ends in a collective error), and the first matching entry names
+the root cause. What Slurm says about the end (time limit, node failure, preemption) comes first, since those
+jobs also end as CANCELLED. Within that entry the host blamed is the one that failed first (absl timestamps,
+else log order); the other failing hosts are followers. Only meant for runs already known to have failed;
+the catalogue's `benign:` lines (seen in successful runs) are ignored. README's class table is generated from
+the catalogue (`markdown_table`; tests/py/test_failures.py checks it).
 """
 
+from __future__ import annotations
+
+import os
 import re
 import signal
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from jobkit.core.errors import JobkitError
+from jobkit.core.paths import CONFIGS_DIR
 
 TAIL_BYTES = 4 << 20  # failures show at the end; bounded read for huge logs
 
-_I = re.IGNORECASE | re.MULTILINE
-# What the scheduler says about how the job ended. Read before anything else, since these jobs also end with
-# status CANCELLED (exit 143), which on its own means "someone cancelled it".
-SCHEDULER_RULES: list[tuple[str, re.Pattern[str]]] = [
-    ("time-limit", re.compile(r"CANCELLED AT \S+ DUE TO TIME LIMIT", re.M)),
-    ("node-fail", re.compile(r"CANCELLED AT \S+ DUE TO NODE FAIL|^srun: error: Node failure on \S+", re.M)),
-    ("preempted", re.compile(r"CANCELLED AT \S+ DUE TO PREEMPTION", re.M)),
-]
-# (reason, pattern); first match wins.
-# The hang watchdog's own line (py/jobkit/ops/hang_watchdog.py). It stops training with TERM, so the exit code
-# alone would read as a cancel; only a job that a person cancelled (status CANCELLED) is not called a hang.
-HANG_RULE = ("hang", re.compile(r"^(?:\s*\d+: )?== HANG detected \(phase (\w+)", re.M))
-RULES: list[tuple[str, re.Pattern[str]]] = [
-    *SCHEDULER_RULES,
-    HANG_RULE,
-    ("cancelled", re.compile(r"\*\*\* (?:JOB|STEP) \S+ ON \S+ CANCELLED AT", re.M)),
-    (
-        # The GPU itself failed: ROCm's runtime aborting a queue (HSA_STATUS_ERROR_*), a GPU memory access
-        # fault, NVIDIA's Xid events, a GPU that fell off the bus, an uncorrectable ECC error.
-        "gpu-hardware",
-        re.compile(
-            r"\bHSA_STATUS_ERROR_\w+|rocdevice\.cpp.{0,80}aborting|Memory access fault by GPU node"
-            r"|\bNVRM: Xid\b|\bXid \(PCI:|fallen off the bus|uncorrectable ECC|ECC error.{0,40}uncorrectable"
-            r"|CUDA_ERROR_ECC_UNCORRECTABLE|hipErrorECCNotCorrectable",
-            _I,
-        ),
-    ),
-    ("disk-full", re.compile(r"No space left on device|\bENOSPC\b|Disk quota exceeded|\bEDQUOT\b", re.M)),
-    ("oom", re.compile(r"RESOURCE_EXHAUSTED|out of memory|OutOfMemory|OUT_OF_MEMORY|oom[-_]kill", _I)),
-    (
-        "distributed-timeout",
-        re.compile(
-            r"DEADLINE_EXCEEDED|Barrier timed out|JAX distributed service detected fatal errors"
-            r"|coordination service\W.{0,80}(?:unavailable|timed? ?out|failed)"
-            r"|stopped sending heartbeats|heartbeat (?:timeout|timed out)|missed heartbeat",
-            _I,
-        ),
-    ),
-    ("unknown-xla-flag", re.compile(r"Unknown flags? in XLA_FLAGS|\bUnknown flag\b", re.M)),
-    (
-        "collective-error",
-        re.compile(
-            r"\b[NR]CCL\b.{0,60}\b(?:error|failure|failed)\b|\bnccl(?:System|Internal|Unhandled\w*|Invalid\w*|Remote)Error\b"
-            r"|NET/IB\w* ?: Got completion from peer .{0,80}(?:status=|with error )[1-9]",
-            _I,
-        ),
-    ),
-    (
-        "config-error",
-        re.compile(
-            r"MAXTEXT CONFIG ERROR|validation errors? for MaxTextConfig|pydantic_core\._pydantic_core\.ValidationError"
-            r"|not in base config"
-            r"|Number of devices(?: per slice)? \d+ does not match the product of the \w+ parallelism"
-            r"|^(?:\d+: )?(?:\w+\.)*(?:ValueError|AssertionError): .{0,160}\b(?:parallelism|mesh|devices)\b"
-            # The launcher's own refusals before training starts (train_env.sh, _train.sh's _die).
-            r"|^(?:\s*\d+: )?(?:\[train_env\] ERROR: |_train\.sh: )",
-            re.M,
-        ),
-    ),
-    (
-        "killed-by-signal",
-        re.compile(
-            r"Training subprocess killed by SIG\w+|Fatal Python error: (?:Aborted|Segmentation fault|Bus error"
-            r"|Floating-point exception|Illegal instruction)|\[coredump\] training killed by SIG\w+"
-            r"|^\s*(?:\d+: )?Killed\s*$|Segmentation fault|core dumped|received signal SIG\w+",
-            re.M,
-        ),
-    ),
-    ("python-exception", re.compile(r"^.*Traceback \(most recent call last\):", re.M)),
-]
-# Where a line names the host at fault: a rank prefix (`1: ...`, srun -l), a JAX task (`/task:1`, the node of
-# that process rank: one process per node), or Slurm naming the node.
-_RANK_PREFIX = re.compile(r"^\s*(\d+): ")
-_JAX_TASK = re.compile(r"/task:(\d+)\b")
-_NAMED_NODE = re.compile(r"Node failure on (\S+)|\bNODE_EXIT host=(\S+)")
-_EXC_LINE = re.compile(r"^(?:\s*\d+: )?([A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Warning))\b", re.M)
-_SIGNAME = re.compile(r"SIG[A-Z]+")
-# The signal behind a message that does not name it (faulthandler's, the shell's); else the training tier's
-# own line (COREDUMP=1), which names it even when the job's exit code is not training's.
-_SIGNAL_WORDS = {"Segmentation fault": "SIGSEGV", "Aborted": "SIGABRT", "Bus error": "SIGBUS",
-                 "Floating-point exception": "SIGFPE", "Illegal instruction": "SIGILL"}  # fmt: skip
-_SIGNAL_WORD = re.compile("|".join(_SIGNAL_WORDS))
-_KILLED_BY = re.compile(r"^(?:\s*\d+: )?\[coredump\] training killed by (SIG[A-Z]+)", re.M)
-CANCEL_EXIT_CODES = (130, 143)  # SIGINT, SIGTERM: Ctrl-C / scancel
+CATALOGUE = CONFIGS_DIR / "failure_signatures.yaml"
+LOCAL_CATALOGUE = CONFIGS_DIR / "failure_signatures.local.yaml"
+LOCAL_SETTING = "FAILURE_SIGNATURES_FILE"
+RETRY_POLICIES = ("retry", "retry-without-node", "never")
+BLAME_METHODS = ("none", "line", "jax-task", "failed-task")
+CANCEL_EXIT_CODES = (130, 143)  # SIGINT, SIGTERM: Ctrl-C / scancel, or srun stopping the peers of a failed task
+# Classes that no catalogue entry names: how classify ends when nothing matched.
+BUILTIN_POLICIES = {"cancelled": "never", "no-steps": "never", "unknown": "never", "killed-by-signal": "retry"}
+_KEYS = {"id", "class", "patterns", "source", "retry", "blame", "advice", "when_cancelled", "weak", "unless",
+         "detail", "ignore_case", "disabled", "before"}  # fmt: skip
+
+
+class CatalogueError(JobkitError):
+    """A catalogue file that cannot be used: one line naming the file, the entry and the fix."""
+
+    def __init__(self, message: str):
+        super().__init__("failures", message)
+
+
+@dataclass(frozen=True)
+class Signature:
+    id: str
+    cls: str
+    patterns: tuple[re.Pattern[str], ...]
+    source: str
+    retry: str
+    blame: str
+    advice: str
+    when_cancelled: bool = False
+    weak: bool = False
+    unless: tuple[re.Pattern[str], ...] = ()
+    detail: re.Pattern[str] | None = None
+    origin: str = ""  # the file it came from
+
+    def matches(self, text: str) -> list[int]:
+        """Where any of its patterns matches TEXT, in log order (none when an `unless` pattern is there)."""
+        # A match that starts with blank space (a prefix's optional spaces) is placed at its first character.
+        found = sorted({m.start() + len(m.group(0)) - len(m.group(0).lstrip()) for p in self.patterns
+                        for m in p.finditer(text)})  # fmt: skip
+        if found and any(u.search(text) for u in self.unless):
+            return []
+        return found
+
+
+@dataclass(frozen=True)
+class Catalogue:
+    signatures: tuple[Signature, ...]
+    benign: tuple[re.Pattern[str], ...]
+    files: tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -108,10 +85,260 @@ class Failure:
     detail: str = ""
     evidence: str = ""  # the log line that decided it (trimmed)
     host: str = ""  # the node the log blames, when it names one
+    signature: str = ""  # the catalogue entry that matched
+    source: str = ""  # the program and file that print its message
+    retry: str = ""  # retry | retry-without-node | never
+    advice: str = ""
+    blame_how: str = ""  # how the host was found, in words
+    followers: tuple[str, ...] = field(default_factory=tuple)  # other hosts that failed after it
 
     @property
     def label(self) -> str:
         return f"{self.reason}: {self.detail}" if self.detail else self.reason
+
+    @property
+    def retry_decision(self) -> str:
+        return self.retry or retry_policy(self.reason)
+
+
+# ------------------------------------------------------------------------------------------- the catalogue
+
+
+def _compile(where: str, pattern: object, flags: int) -> re.Pattern[str]:
+    if not isinstance(pattern, str) or not pattern:
+        raise CatalogueError(f"{where}: a pattern must be a non-empty string; quote it in single quotes")
+    try:
+        return re.compile(pattern, flags)
+    except re.error as exc:
+        raise CatalogueError(f"{where}: pattern {pattern!r} is not a regex ({exc}); fix it") from None
+
+
+def _entry(path: str, index: int, raw: object, partial: bool) -> tuple[Signature | None, dict]:
+    """One catalogue entry, validated. PARTIAL (site-local): an override may give only the keys it changes."""
+    if not isinstance(raw, dict):
+        raise CatalogueError(f"{path}: signature {index + 1} is not a mapping; give id, class, patterns, ... keys")
+    sid = raw.get("id")
+    where = f"{path}: signature {index + 1}" + (f" ({sid})" if isinstance(sid, str) else "")
+    if not isinstance(sid, str) or not re.fullmatch(r"[a-z0-9][a-z0-9.-]*", sid):
+        raise CatalogueError(f"{where}: id must be a lower-case name (letters, digits, - and .); add one")
+    unknown = sorted(set(raw) - _KEYS)
+    if unknown:
+        raise CatalogueError(f"{where}: unknown key {unknown[0]!r}; the keys are {', '.join(sorted(_KEYS))}")
+    if partial:
+        return None, raw
+    for key in ("class", "patterns", "source", "retry", "blame", "advice"):
+        if key not in raw:
+            raise CatalogueError(f"{where}: '{key}' is missing; every entry names it")
+    return _signature(where, raw, path), raw
+
+
+def _signature(where: str, raw: dict, origin: str) -> Signature:
+    cls, patterns = raw["class"], raw["patterns"]
+    if not isinstance(cls, str) or not re.fullmatch(r"[a-z][a-z0-9-]*", cls):
+        raise CatalogueError(f"{where}: class {cls!r} must be a lower-case name such as gpu-hardware")
+    if isinstance(patterns, str):
+        patterns = [patterns]
+    if not isinstance(patterns, list) or not patterns:
+        raise CatalogueError(f"{where}: patterns must be a non-empty list of regexes")
+    if raw["retry"] not in RETRY_POLICIES:
+        raise CatalogueError(f"{where}: retry {raw['retry']!r} is not one of {', '.join(RETRY_POLICIES)}; pick one")
+    if raw["blame"] not in BLAME_METHODS:
+        raise CatalogueError(f"{where}: blame {raw['blame']!r} is not one of {', '.join(BLAME_METHODS)}; pick one")
+    for key in ("source", "advice"):
+        if not isinstance(raw[key], str) or not raw[key].strip():
+            raise CatalogueError(f"{where}: {key} must be one line of text; write it")
+    for key in ("when_cancelled", "weak", "ignore_case"):
+        if not isinstance(raw.get(key, False), bool):
+            raise CatalogueError(f"{where}: {key} must be true or false")
+    flags = re.M | (re.I if raw.get("ignore_case") else 0)
+    unless = raw.get("unless", [])
+    if not isinstance(unless, list):
+        raise CatalogueError(f"{where}: unless must be a list of regexes")
+    detail = raw.get("detail")
+    detail_re = _compile(where, detail, flags) if detail is not None else None
+    if detail_re is not None and detail_re.groups != 1:
+        raise CatalogueError(f"{where}: detail {detail!r} must have exactly one (group); add one")
+    return Signature(
+        raw["id"], cls, tuple(_compile(where, p, flags) for p in patterns), raw["source"].strip(), raw["retry"],
+        raw["blame"], raw["advice"].strip(), raw.get("when_cancelled", False), raw.get("weak", False),
+        tuple(_compile(where, p, re.M) for p in unless), detail_re, origin,
+    )  # fmt: skip
+
+
+def _read(path: Path) -> dict:
+    import yaml  # deferred: only when a run is classified
+
+    try:
+        with open(path, encoding="utf-8") as fh:
+            data = yaml.safe_load(fh)
+    except OSError as exc:
+        raise CatalogueError(
+            f"{path}: cannot be read ({exc.strerror or exc}); fix its permissions or remove it"
+        ) from None
+    except (UnicodeDecodeError, yaml.YAMLError) as exc:
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        mark = getattr(exc, "problem_mark", None)
+        at = f" at line {mark.line + 1}" if mark is not None else ""
+        raise CatalogueError(f"{path}: not a YAML catalogue{at} ({first}); fix the syntax") from None
+    if not isinstance(data, dict) or not isinstance(data.get("signatures", []), list):
+        raise CatalogueError(f"{path}: not a catalogue (a mapping with a 'signatures:' list); see {CATALOGUE}")
+    return data
+
+
+def _benign(path: Path, data: dict) -> list[re.Pattern[str]]:
+    out = []
+    for index, raw in enumerate(data.get("benign") or []):
+        pattern = raw.get("pattern") if isinstance(raw, dict) else None
+        out.append(_compile(f"{path}: benign {index + 1}", pattern, re.M))
+    return out
+
+
+def _local_path() -> Path | None:
+    given = os.environ.get(LOCAL_SETTING)
+    if given:
+        path = Path(given)
+        if not path.is_file():
+            raise CatalogueError(f"{LOCAL_SETTING}={given}: no such file; point it at a catalogue or unset it")
+        return path
+    return LOCAL_CATALOGUE if LOCAL_CATALOGUE.is_file() else None
+
+
+def _merge(base: list[Signature], path: Path, data: dict) -> list[Signature]:
+    """BASE with a site-local file's entries: same id replaces in place, disabled removes, new ones go
+    before `before:` (default: the first weak entry)."""
+    out = list(base)
+    for index, raw in enumerate(data.get("signatures") or []):
+        _, raw = _entry(str(path), index, raw, partial=True)
+        where = f"{path}: signature {index + 1} ({raw['id']})"
+        at = next((i for i, s in enumerate(out) if s.id == raw["id"]), None)
+        if raw.get("disabled"):
+            if at is None:
+                raise CatalogueError(f"{where}: disables an id the catalogue does not have; check the id")
+            del out[at]
+            continue
+        if at is not None:
+            old = out[at]
+            merged = {
+                "id": old.id, "class": old.cls, "patterns": [p.pattern for p in old.patterns], "source": old.source,
+                "retry": old.retry, "blame": old.blame, "advice": old.advice, "when_cancelled": old.when_cancelled,
+                "weak": old.weak, "unless": [u.pattern for u in old.unless],
+                "detail": old.detail.pattern if old.detail else None,
+                "ignore_case": bool(old.patterns[0].flags & re.I),
+            }  # fmt: skip
+            merged.update({k: v for k, v in raw.items() if k != "before"})
+            if merged["detail"] is None:
+                merged.pop("detail")
+            out[at] = _signature(where, merged, str(path))
+            continue
+        _, full = _entry(str(path), index, raw, partial=False)
+        sig = _signature(where, full, str(path))
+        before = raw.get("before")
+        if before is not None:
+            at = next((i for i, s in enumerate(out) if s.id == before), None)
+            if at is None:
+                raise CatalogueError(f"{where}: before {before!r} names no entry; give an id from {CATALOGUE.name}")
+        else:
+            at = next((i for i, s in enumerate(out) if s.weak), len(out))
+        out.insert(at, sig)
+    return out
+
+
+_CACHE: dict[tuple, Catalogue] = {}
+
+
+def load_catalogue(path: Path | None = None, local: Path | None | bool = True) -> Catalogue:
+    """The catalogue (PATH, default configs/failure_signatures.yaml) with the site-local file (LOCAL; True:
+    the default one if present, None/False: none). Cached by the files' modification times."""
+    path = Path(path or CATALOGUE)
+    local_path = _local_path() if local is True else (Path(local) if local else None)
+    files = [p for p in (path, local_path) if p is not None]
+    try:
+        key = tuple((str(p), p.stat().st_mtime_ns) for p in files)
+    except OSError as exc:
+        raise CatalogueError(f"{exc.filename}: cannot be read ({exc.strerror}); restore it") from None
+    if key in _CACHE:
+        return _CACHE[key]
+    data = _read(path)
+    sigs: list[Signature] = []
+    seen: set[str] = set()
+    for index, raw in enumerate(data.get("signatures") or []):
+        sig, _ = _entry(str(path), index, raw, partial=False)
+        assert sig is not None
+        if sig.id in seen:
+            raise CatalogueError(f"{path}: signature {index + 1} ({sig.id}): id used twice; rename one")
+        seen.add(sig.id)
+        sigs.append(sig)
+    if not sigs:
+        raise CatalogueError(f"{path}: has no signatures; restore it (git checkout -- {path.name})")
+    benign = _benign(path, data)
+    if local_path is not None:
+        local_data = _read(local_path)
+        sigs = _merge(sigs, local_path, local_data)
+        benign += _benign(local_path, local_data)
+    catalogue = Catalogue(tuple(sigs), tuple(benign), tuple(str(p) for p in files))
+    _CACHE.clear()
+    _CACHE[key] = catalogue
+    return catalogue
+
+
+def retry_policy(reason: str) -> str:
+    """What to do after a failure of class REASON: retry, retry-without-node (exclude the blamed host) or
+    never; from its first catalogue entry (the classes no entry names: BUILTIN_POLICIES; else never)."""
+    for sig in load_catalogue().signatures:
+        if sig.cls == reason:
+            return sig.retry
+    return BUILTIN_POLICIES.get(reason, "never")
+
+
+def classes() -> list[str]:
+    """Every failure class, in catalogue order, then the built-in ends."""
+    out: list[str] = []
+    for name in [s.cls for s in load_catalogue().signatures] + list(BUILTIN_POLICIES):
+        if name not in out:
+            out.append(name)
+    return out
+
+
+def markdown_table() -> str:
+    """README's failure-class table, from the catalogue: class, retry, how the host is blamed, its entries."""
+    rows = ["| class | retry | blames | catalogue entries (another retry policy in brackets) |", "|---|---|---|---|"]
+    by_class: dict[str, list[Signature]] = {}
+    for sig in load_catalogue(local=None).signatures:
+        by_class.setdefault(sig.cls, []).append(sig)
+    for name, sigs in by_class.items():
+        blames = sorted({s.blame for s in sigs} - {"none"}) or ["none"]
+        entries = "; ".join(f"`{s.id}`" + (f" ({s.retry})" if s.retry != sigs[0].retry else "") for s in sigs)
+        rows.append(f"| {name} | {sigs[0].retry} | {', '.join(blames)} | {entries} |")
+    rows.append(
+        "| no-steps, unknown | never | failed-task | built in: no step line at all; anything else "
+        "(and `cancelled` for status CANCELLED, or exit 130/143 with no task failing first) |"
+    )
+    return "\n".join(rows) + "\n"
+
+
+# ---------------------------------------------------------------------------------------------- blame
+
+# Where a line names the host at fault, most direct first: Slurm or our launcher naming the node, then a rank
+# prefix (`1: ...`, srun -l) or a JAX task (`/task:1`), the node of that process rank (one process per node).
+_SRUN_TASK = re.compile(r"^srun: error: ([\w.-]+): tasks? ([\d,-]+): (.+)$", re.M)
+_NODE_EXIT = re.compile(r"^(?:[ \t]*\d+: )?NODE_EXIT host=(\S+) exit=(\d+)", re.M)
+_NAMED = [
+    (re.compile(r"^srun: error: ([\w.-]+): tasks? ([\d,-]+):"), "srun names the node of task {1}"),
+    (re.compile(r"Node failure on ([\w.-]+)"), "srun's 'Node failure on {0}'"),
+    (re.compile(r"\bNODE_EXIT host=([\w.-]+)"), "the launcher's NODE_EXIT line names it"),
+    (re.compile(r"\[preflight ([\w.-]+)\]"), "preflight names its host"),
+    (re.compile(r"\[coredump\] training killed by SIG\w+ \(exit \d+\) on ([\w.-]+)"), "the training tier names it"),
+    (re.compile(r"^(?:\s*\d+: )?([\w.-]+): GPU\[\d+\]"), "the ECC check names its host"),
+    (re.compile(r"^\w{3} +\d+ [\d:]+ ([\w.-]+) kernel: "), "the kernel log line names the host"),
+]
+_RANK_PREFIX = re.compile(r"^\s*(\d+): ")
+_JAX_TASK = re.compile(r"/task:(\d+)\b")
+_TASK_WORD = re.compile(r"\btask[: ](\d+)\b", re.I)
+_BARE_NUMBER = re.compile(r"^\s*(?:\d+: )?(\d+)\s*$")
+_FIRST_AT_BARRIER = re.compile(r"first task at the barrier: \S+", re.I)
+# absl's prefix: I1124 07:31:04.338372, or (before absl is set up) E0000 00:00:1732528800.123456
+_ABSL_TIME = re.compile(r"^(?:\s*\d+: )?[IWEF](\d\d)(\d\d) (\d\d):(\d\d):(\d+(?:\.\d+)?)\s")
+FOLLOWER_REASONS = ("Terminated", "Exited with exit code 143", "Exited with exit code 130")
 
 
 def _line_at(text: str, pos: int, width: int = 200) -> str:
@@ -125,6 +352,117 @@ def _line_at(text: str, pos: int, width: int = 200) -> str:
     return line.strip()
 
 
+def _host_and_how(line: str, nodes: list[str] | None) -> tuple[str | None, str]:
+    for pattern, how in _NAMED:
+        m = pattern.search(line)
+        if m:
+            return m.group(1).rstrip(".,;:"), how.format(*m.groups())
+    for pattern, what in ((_RANK_PREFIX, "rank {n}'s prefix (srun -l)"), (_JAX_TASK, "JAX task {n} on the line")):
+        m = pattern.search(line)
+        if m and nodes and int(m.group(1)) < len(nodes):
+            n = int(m.group(1))
+            return nodes[n], what.format(n=n) + f" -> node {n + 1} of JOB_NODELIST"
+    return None, ""
+
+
+def host_in_line(line: str, nodes: list[str] | None = None) -> str | None:
+    """The host LINE blames: a node Slurm names, else rank N's or JAX task N's node (the N-th of NODES)."""
+    return _host_and_how(line, nodes)[0]
+
+
+def _accused_task(text: str, pos: int, nodes: list[str] | None) -> tuple[str | None, str]:
+    """The JAX task a coordination message accuses, on its line or the 4 after it, in each format JAX prints."""
+    start = text.rfind("\n", 0, pos) + 1
+    lines = text[start : start + 4000].split("\n")[:5]
+    prefix = _RANK_PREFIX.match(lines[0])
+    for i, raw in enumerate(lines):
+        line = _FIRST_AT_BARRIER.sub("", raw)
+        if i and (_line_prefix(raw) != (prefix.group(0) if prefix else "") or _ABSL_TIME.match(raw)):
+            break  # the message ended: another rank's line, or a new log record
+        m, form = _JAX_TASK.search(line), "/task:{n}"
+        if m is None and not i:
+            m, form = _TASK_WORD.search(line), "task {n}"
+        if m is None and i:
+            m, form = _BARE_NUMBER.search(line), "a bare {n}"
+        if m and nodes and int(m.group(1)) < len(nodes):
+            n = int(m.group(1))
+            where = "on the message's line" if i == 0 else f"{i} line(s) after the message"
+            return nodes[n], f"the accused JAX task ({form.format(n=n)}, {where}) -> node {n + 1} of JOB_NODELIST"
+    return None, ""
+
+
+def _line_prefix(line: str) -> str:
+    m = _RANK_PREFIX.match(line)
+    return m.group(0) if m else ""
+
+
+def failed_tasks(text: str) -> list[tuple[int, str, str, bool]]:
+    """Every task Slurm (`srun: error: <node>: task N: <reason>`) or our launcher (`NODE_EXIT host= exit=`)
+    reports as ended badly: (position, host, the line, follower). A follower was stopped because another
+    task failed (Terminated, exit 143/130), not failing by itself."""
+    out = []
+    for m in _SRUN_TASK.finditer(text):
+        out.append((m.start(), m.group(1), m.group(0).strip(), m.group(3).strip().startswith(FOLLOWER_REASONS)))
+    for m in _NODE_EXIT.finditer(text):
+        out.append((m.start(), m.group(1), m.group(0).strip(), int(m.group(2)) in CANCEL_EXIT_CODES))
+    return sorted(out)
+
+
+def _absl_key(line: str) -> float | None:
+    m = _ABSL_TIME.match(line)
+    if not m:
+        return None
+    month, day, hour, minute, sec = m.groups()
+    return ((int(month) * 31 + int(day)) * 24 + int(hour)) * 3600 + int(minute) * 60 + float(sec)
+
+
+def _blame(sig: Signature, text: str, positions: list[int], nodes: list[str] | None):
+    """(host, how, evidence position, followers) for SIG matched at POSITIONS."""
+    tasks = failed_tasks(text)
+    if sig.blame == "none":
+        return "", "", positions[0], ()
+    if sig.blame == "failed-task":
+        own = [t for t in tasks if not t[3]]
+        if own:
+            pos, host, line, _ = own[0]
+            followers = tuple(dict.fromkeys(t[1] for t in tasks if t[1] != host))
+            return host, f"the first task that failed by itself: {line}", positions[0], followers
+        return "", "", positions[0], ()
+    candidates = []
+    for pos in positions:
+        if sig.blame == "jax-task":  # the task that reported it is not at fault: no accused task, no host
+            host, how = _accused_task(text, pos, nodes)
+        else:
+            host, how = _host_and_how(_line_at(text, pos, 10_000), nodes)
+        if host:
+            candidates.append((pos, host, how, _absl_key(_line_at(text, pos, 10_000))))
+    if not candidates:
+        return "", "", positions[0], ()
+    hosts = {c[1] for c in candidates}
+    timed = len(hosts) > 1 and all(c[3] is not None for c in candidates)
+    first = min(candidates, key=lambda c: (c[3], c[0])) if timed else candidates[0]
+    how = first[2]
+    # The evidence: the first line of the blamed host's failure, or an earlier line that names no host.
+    hosted = {c[0] for c in candidates if c[1] != first[1]}
+    evidence = next(p for p in positions if p not in hosted and p <= first[0])
+    if len(hosts) > 1:
+        how += f"; the first of {len(hosts)} hosts to report it ({'absl timestamps' if timed else 'log order'})"
+    followers = [c[1] for c in candidates] + [t[1] for t in tasks]
+    return first[1], how, evidence, tuple(dict.fromkeys(h for h in followers if h != first[1]))
+
+
+# ------------------------------------------------------------------------------------------ classifying
+
+_EXC_LINE = re.compile(r"^(?:\s*\d+: )?([A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Warning))\b", re.M)
+_SIGNAME = re.compile(r"SIG[A-Z]+")
+# The signal behind a message that does not name it (faulthandler's, the shell's, srun's); else the training
+# tier's own line (COREDUMP=1), which names it even when the job's exit code is not training's.
+_SIGNAL_WORDS = {"Segmentation fault": "SIGSEGV", "Aborted": "SIGABRT", "Bus error": "SIGBUS",
+                 "Floating-point exception": "SIGFPE", "Illegal instruction": "SIGILL", "Killed": "SIGKILL"}  # fmt: skip
+_SIGNAL_WORD = re.compile("|".join(_SIGNAL_WORDS))
+_KILLED_BY = re.compile(r"^(?:\s*\d+: )?\[coredump\] training killed by (SIG[A-Z]+)", re.M)
+
+
 def _signal_name(number: int) -> str:
     try:
         return signal.Signals(number).name
@@ -132,34 +470,55 @@ def _signal_name(number: int) -> str:
         return f"signal {number}"
 
 
-def host_in_line(line: str, nodes: list[str] | None = None) -> str | None:
-    """The host LINE blames: a node Slurm names, else rank N's or JAX task N's node (the N-th of NODES)."""
-    named = _NAMED_NODE.search(line)
-    if named:
-        return (named.group(1) or named.group(2)).rstrip(".,;")
-    for pattern in (_RANK_PREFIX, _JAX_TASK):
-        m = pattern.search(line)
-        if m and nodes and int(m.group(1)) < len(nodes):
-            return nodes[int(m.group(1))]
-    return None
+def _blank_benign(text: str, benign: tuple[re.Pattern[str], ...]) -> str:
+    """TEXT with the lines that match a benign pattern blanked (same length: positions stay)."""
+    if not benign:
+        return text
+    out = []
+    for line in text.split("\n"):
+        out.append(" " * len(line) if any(b.search(line) for b in benign) else line)
+    return "\n".join(out)
 
 
-def _blamed_host(reason: str, text: str, pos: int, nodes: list[str] | None) -> str:
-    """The host at fault for the rule that matched at POS. A coordination error names the silent task on
-    the lines after the message, and that task, not the rank that reported it, is at fault; a node failure
-    is named by srun anywhere in the log; otherwise the matched line's own host."""
-    line = _line_at(text, pos, width=10_000)
-    if reason == "distributed-timeout":
-        following = text[pos : pos + 2000].split("\n")[:4]
-        for candidate in following:
-            m = _JAX_TASK.search(candidate)
-            if m and nodes and int(m.group(1)) < len(nodes):
-                return nodes[int(m.group(1))]
-    host = host_in_line(line, nodes)
-    if host is None and reason == "node-fail":
-        m = re.search(r"^srun: error: Node failure on (\S+)", text, re.M)
-        host = m.group(1) if m else None
-    return host or ""
+def _detail(sig: Signature, text: str, pos: int, exit_code: int | None) -> str:
+    line = _line_at(text, pos, 10_000)
+    if sig.detail is not None:
+        m = sig.detail.search(line)
+        return m.group(1).strip() if m else ""
+    if sig.cls == "killed-by-signal":
+        sig_name, word, killed_by = _SIGNAME.search(line), _SIGNAL_WORD.search(line), _KILLED_BY.search(text)
+        if sig_name:
+            return sig_name.group(0)
+        if word:
+            return _SIGNAL_WORDS[word.group(0)]
+        if killed_by:
+            return killed_by.group(1)
+        return _signal_name(exit_code - 128) if exit_code and exit_code > 128 else ""
+    if sig.cls == "python-exception":
+        names = _EXC_LINE.findall(text, pos + 1)
+        return names[-1].rsplit(".", 1)[-1] if names else ""
+    return ""
+
+
+def _failure(sig: Signature, text: str, positions: list[int], exit_code, nodes) -> Failure:
+    host, how, pos, followers = _blame(sig, text, positions, nodes)
+    return Failure(
+        sig.cls, _detail(sig, text, pos, exit_code), _line_at(text, pos), host, sig.id, sig.source, sig.retry,
+        sig.advice, how, followers,
+    )  # fmt: skip
+
+
+def matches(text: str, catalogue: Catalogue | None = None) -> list[tuple[int, Signature, str]]:
+    """Every catalogue entry that matches TEXT, at each line it matches, in log order: (pos, entry, line)."""
+    catalogue = catalogue or load_catalogue()
+    clean = _blank_benign(text, catalogue.benign)
+    found = [(pos, sig, _line_at(clean, pos)) for sig in catalogue.signatures for pos in sig.matches(clean)]
+    return sorted(found, key=lambda f: f[0])
+
+
+def _signalled(exit_code: int | None) -> bool:
+    """An exit code that names the signal that ended training (not 130/143: a cancel, or srun stopping peers)."""
+    return exit_code is not None and exit_code > 128 and exit_code not in CANCEL_EXIT_CODES
 
 
 def classify(
@@ -171,46 +530,48 @@ def classify(
 ) -> Failure:
     """Reason a run failed, from its log text plus what the caller knows. NODES (rank order) lets the
     failure name the host a rank- or task-numbered line blames."""
-    early = SCHEDULER_RULES if (status or "").upper() == "CANCELLED" else [*SCHEDULER_RULES, HANG_RULE]
-    for reason, pattern in early:
-        m = pattern.search(text)
-        if m:
-            detail = m.group(1) if reason == "hang" else ""
-            evidence = _line_at(text, m.start())
-            return Failure(reason, detail, evidence, host=_blamed_host(reason, text, m.start(), nodes))
-    if (status or "").upper() == "CANCELLED" or exit_code in CANCEL_EXIT_CODES:
-        return Failure(
-            "cancelled", evidence=f"exit code {exit_code}" if exit_code in CANCEL_EXIT_CODES else f"status {status}"
-        )
-    for reason, pattern in RULES:
-        m = pattern.search(text)
-        if m is None:
-            if reason == "killed-by-signal" and exit_code is not None and exit_code > 128:
-                return Failure(reason, _signal_name(exit_code - 128), f"exit code {exit_code}")
+    catalogue = load_catalogue()
+    clean = _blank_benign(text, catalogue.benign)
+    cancelled = (status or "").upper() == "CANCELLED"
+    # Exit 130/143 without a CANCELLED status is a person's Ctrl-C or scancel, or srun stopping the peers of
+    # a task that failed (--kill-on-bad-exit): generic evidence counts only when a task failed by itself.
+    stopped = exit_code in CANCEL_EXIT_CODES and not any(not t[3] for t in failed_tasks(clean))
+    for sig in catalogue.signatures:
+        if cancelled and not sig.when_cancelled:
             continue
-        evidence = _line_at(text, m.start())
-        detail = ""
-        if reason == "killed-by-signal":
-            sig, word, killed_by = _SIGNAME.search(m.group(0)), _SIGNAL_WORD.search(m.group(0)), _KILLED_BY.search(text)
-            if sig:
-                detail = sig.group(0)
-            elif word:
-                detail = _SIGNAL_WORDS[word.group(0)]
-            elif killed_by:
-                detail = killed_by.group(1)
-            elif exit_code and exit_code > 128:
-                detail = _signal_name(exit_code - 128)
-        elif reason == "hang":
-            detail = m.group(1)
-        elif reason == "python-exception":
-            names = _EXC_LINE.findall(text, m.end())
-            detail = names[-1].rsplit(".", 1)[-1] if names else ""
-        return Failure(reason, detail, evidence, _blamed_host(reason, text, m.start(), nodes))
+        if stopped and sig.weak:
+            continue
+        if sig.cls == "python-exception" and _signalled(exit_code):
+            return Failure("killed-by-signal", _signal_name(exit_code - 128), f"exit code {exit_code}",
+                           retry=retry_policy("killed-by-signal"))  # fmt: skip
+        positions = sig.matches(clean)
+        if positions:
+            return _failure(sig, clean, positions, exit_code, nodes)
+    if cancelled or stopped:
+        evidence = f"exit code {exit_code}" if exit_code in CANCEL_EXIT_CODES and not cancelled else f"status {status}"
+        return Failure("cancelled", evidence=evidence, retry="never", advice="the job was cancelled; nothing failed")
+    if _signalled(exit_code):
+        return Failure("killed-by-signal", _signal_name(exit_code - 128), f"exit code {exit_code}",
+                       retry=retry_policy("killed-by-signal"))  # fmt: skip
+    tasks = [t for t in failed_tasks(clean) if not t[3]]
+    host, how = (tasks[0][1], f"the first task that failed by itself: {tasks[0][2]}") if tasks else ("", "")
     if has_steps is None:
         has_steps = "completed step:" in text
     if not has_steps:
-        return Failure("no-steps")
-    return Failure("unknown", f"exit {exit_code}" if exit_code is not None else "")
+        return Failure("no-steps", host=host, blame_how=how, retry="never")
+    return Failure("unknown", f"exit {exit_code}" if exit_code is not None else "", host=host, blame_how=how,
+                   retry="never")  # fmt: skip
+
+
+def rules() -> list[tuple[str, re.Pattern[str]]]:
+    """(class, pattern) per catalogue pattern, in order (the first match wins)."""
+    return [(sig.cls, p) for sig in load_catalogue().signatures for p in sig.patterns]
+
+
+def __getattr__(name: str):
+    if name == "RULES":  # the old table's name: read from the catalogue when asked for
+        return rules()
+    raise AttributeError(name)
 
 
 def read_tail(path: str, max_bytes: int = TAIL_BYTES) -> str:
