@@ -21,5 +21,5 @@ esac
 corpus=${1:-$REPO_DIR/tests/fixtures/failures/corpus}
 [[ -f $corpus/expected.yaml ]] || die "$corpus has no expected.yaml; give a corpus dir (see tests/fixtures/failures/make_corpus.py)"
 python=$REPO_DIR/.venv/bin/python
-[[ -x $python ]] || die "no $python; run utils/setup_env.sh first"
-PYTHONPATH=$REPO_DIR/py${PYTHONPATH:+:$PYTHONPATH} exec "$python" "$REPO_DIR/bench/triage_accuracy.py" "$corpus"
+[[ -x $python ]] || die "no $python; run utils/setup_env.sh first (it installs jobkit into the venv)"
+exec "$python" "$REPO_DIR/bench/triage_accuracy.py" "$corpus"
