@@ -4,8 +4,10 @@
 #
 #   up [-N n]   start munged, slurmctld and n slurmd (default 2, at most 32), wait until every node is
 #               idle, and print `export SLURM_CONF=...` as the last stdout line (progress goes to stderr).
-#               Installs slurmctld slurmd slurm-client munge with apt-get when they are missing. Running it
-#               again while the cluster is up with the same n only prints the export line.
+#               Installs slurmctld slurmd slurm-client munge with apt-get when they are missing, and
+#               Prometheus (`utils/prometheus.sh install`), which a RAY=1 job on these nodes needs and never
+#               installs itself. Running it again while the cluster is up with the same n only prints the
+#               export line.
 #   down        stop every process it started (by recorded PID), cancel jobs, remove its namespaces,
 #               veths, bridge and /run/netns mount. Safe after a crash and when nothing is up.
 #   status      daemons alive?, then sinfo; exit 0 when up, 1 when not
@@ -136,6 +138,14 @@ _is_up() {
 }
 
 # ------------------------------------------------------------------------------------------ packages
+
+# A RAY=1 job's Prometheus must be there before the job (it never installs anything at run time). The cluster
+# is still useful without it, so a failure is said, with its consequence, and `up` goes on.
+_install_prometheus() {
+  local said
+  said=$("$(dirname "${BASH_SOURCE[0]}")/prometheus.sh" install 2>&1 >/dev/null 9>&-) ||
+    _say "warning: no Prometheus (${said##*$'\n'}): RAY=1 jobs on this cluster will run with metrics off"
+}
 
 _install_packages() {
   local -a missing=()
@@ -395,6 +405,7 @@ cmd_up() {
   fi
 
   _install_packages
+  _install_prometheus
   _check_munge_key
   local t0=$EPOCHREALTIME
   mkdir -p "$_PIDS" "$_DIR/log" "$_DIR/state" "$_DIR/run"

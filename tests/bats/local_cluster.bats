@@ -55,3 +55,11 @@ refused() {
   [ "$status" -eq 1 ] && [[ $output == *"down (no cluster recorded in $LOCAL_CLUSTER_DIR)"* ]]
   [ ! -e "$LOCAL_CLUSTER_DIR" ]
 }
+
+@test "up installs what a RAY=1 job needs first, and says so when Prometheus cannot be had" {
+  rm "$BATS_TEST_TMPDIR/stubs/flock"   # the real lock, so that up gets past it to its set-up (every daemon stays a stub)
+  PROMETHEUS_BIN=$BATS_TEST_TMPDIR/no-prometheus run "$REPO_DIR/utils/local_cluster.sh" up
+  [ "$status" -ne 0 ]   # a stubbed tool stops it later
+  [[ $output == *"[local_cluster] warning: no Prometheus ("*"no-prometheus"*"): RAY=1 jobs on this cluster will run with metrics off"* ]]
+  [[ $(<"$BATS_TEST_TMPDIR/called") != *"stub apt-get"* ]]   # PROMETHEUS_BIN was given: nothing is installed in its place
+}
