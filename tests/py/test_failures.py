@@ -392,17 +392,43 @@ def test_every_entry_names_its_source_retry_policy_and_advice():
         assert failures.classify(line, "FAILED", 1).reason == cls, line
 
 
-def test_retry_policy_comes_from_the_catalogue_and_agrees_with_requeue():
-    from jobkit.ops import requeue
+@pytest.mark.parametrize(
+    ("cls", "policy"),
+    [
+        ("gpu-hardware", "retry-without-node"),
+        ("node-fail", "retry-without-node"),
+        ("no-gpu", "retry-without-node"),  # its first entry; a CPU-only jaxlib's entry is never
+        ("preflight-failed", "retry-without-node"),
+        ("distributed-timeout", "retry-without-node"),  # the heartbeat entry comes first
+        ("hang", "retry"),
+        ("time-limit", "retry"),
+        ("preempted", "retry"),
+        ("stage-timeout", "retry"),
+        ("image-pull", "retry"),
+        ("source-checkout", "retry"),
+        ("controller-down", "retry"),
+        ("killed-by-signal", "retry"),
+        ("oom", "never"),
+        ("config-error", "never"),
+        ("unknown-xla-flag", "never"),
+        ("python-exception", "never"),
+        ("cleanup-after-success", "never"),
+        ("step-refused", "never"),
+        ("cancelled", "never"),
+        ("unknown", "never"),
+        ("no-such-class", "never"),
+    ],
+)
+def test_retry_policy_of_a_class_comes_from_its_first_catalogue_entry(cls, policy):
+    """What requeue and sweeps use where only the class is known."""
+    assert failures.retry_policy(cls) == policy
 
-    assert failures.retry_policy("gpu-hardware") == "retry-without-node"
-    assert failures.retry_policy("oom") == "never"
-    assert failures.retry_policy("cancelled") == "never"
-    assert failures.retry_policy("no-such-class") == "never"
-    for cls in requeue.RETRYABLE:
-        assert failures.retry_policy(cls) != "never", cls
-    for cls in requeue.BLAME_HOST:
-        assert failures.retry_policy(cls) == "retry-without-node", cls
+
+def test_a_config_error_is_never_retried_by_any_entry():
+    """Another attempt with the same settings fails the same way, whatever entry matched."""
+    for sig in failures.load_catalogue().signatures:
+        if sig.cls in ("config-error", "unknown-xla-flag", "oom", "step-refused", "cleanup-after-success"):
+            assert sig.retry == "never", sig.id
 
 
 def _die_messages() -> list[str]:

@@ -97,8 +97,9 @@ def test_a_job_from_queue_to_end_is_told_once_per_event(env):
         (
             "500",
             "failure",
-            "(tiny 2N) oom; evidence: 0: jaxlib.xla_extension.XlaRuntimeError: RESOURCE_EXHAUSTED: Out of memory; host: node1",
-        ),
+            "(tiny 2N) oom; evidence: 0: jaxlib.xla_extension.XlaRuntimeError: RESOURCE_EXHAUSTED: Out of memory; "
+            "host: node1 (rank 0's prefix (srun -l) -> node 1 of JOB_NODELIST); retry: never",
+        ),  # the advice would take the line past FAILURE_LINE_MAX: left to `jobkit why`
     ]
     state = json.loads((ws / ".monitor" / "state.json").read_text())
     assert state["jobs"]["500"]["done"] is True
@@ -646,3 +647,19 @@ def test_a_ray_job_without_a_tsdb_or_a_reason_is_told_at_its_end_not_while_it_ru
         ("630", "metrics-off", f"(tiny 2N) RAY=1 but metrics are off: no TSDB, and the log says no reason "
          f"(no TSDB in {ws}/630-tiny/prometheus)")
     ]  # fmt: skip
+
+
+def test_a_failure_line_says_how_the_host_was_blamed_the_retry_and_the_advice_where_it_fits():
+    from jobkit.core import failures
+    from jobkit.ops import monitor
+
+    found = failures.Failure(
+        "gpu-hardware", evidence="x", host="gpu02", retry="retry-without-node", advice="check dmesg there",
+        blame_how="srun names it",
+    )  # fmt: skip
+    assert monitor.failure_text("(tiny 2N) ", found) == (
+        "(tiny 2N) gpu-hardware; evidence: x; host: gpu02 (srun names it); retry: retry-without-node; "
+        "advice: check dmesg there"
+    )
+    long = failures.Failure("oom", evidence="e" * 280, retry="never", advice="lower the batch")
+    assert monitor.failure_text("", long) == f"oom; evidence: {'e' * 280}; retry: never"

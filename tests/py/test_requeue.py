@@ -108,6 +108,79 @@ def test_gpu_fault_on_a_rank_excludes_that_ranks_host(job_dir):
     assert decision.retry and decision.exclude == ["node2"]
 
 
+CORPUS = Path(__file__).resolve().parents[1] / "fixtures" / "failures" / "corpus"
+
+
+# Each catalogue class -> the requeue's decision and exclude list, on the corpus's real-text logs. The old
+# requeue (its own RETRYABLE / BLAME_HOST sets) got the rows marked `old:` wrong.
+@pytest.mark.parametrize(
+    ("case", "cls", "retried", "exclude"),
+    [
+        ("jax-no-cuda-devices", "no-gpu", True, ["gpu01"]),  # old: never
+        ("jax-unknown-backend-gpu", "no-gpu", False, []),  # a CPU-only jaxlib: the same on every node
+        ("preflight-workspace-not-writable", "preflight-failed", True, ["gpu02"]),  # old: never
+        ("nccl-ib-completion-error-rank2", "collective-error", True, ["gpu03"]),  # old: no exclude
+        ("ionic-cqe-error", "collective-error", True, ["gpu02"]),  # old: no exclude
+        ("nccl-ib-async-port-error", "collective-error", True, ["gpu02"]),  # old: no exclude
+        ("nccl-unhandled-system-error", "collective-error", True, []),
+        ("jax-heartbeat-bare-task-number", "distributed-timeout", True, ["gpu02"]),  # old: no exclude
+        ("jax-task-heartbeat-timeout", "distributed-timeout", True, ["gpu03"]),  # old: no exclude
+        ("jax-peer-sigkilled", "distributed-timeout", True, ["gpu02"]),  # old: no exclude
+        ("jax-barrier-timeout-names-the-late-task", "distributed-timeout", True, []),
+        ("training-stage-timeout", "stage-timeout", True, []),  # old: never
+        ("image-pull-timeout", "stage-timeout", True, []),  # old: never
+        ("image-pull-denied", "image-pull", True, []),  # old: never; same nodes
+        ("image-tarball-missing", "image-pull", False, []),
+        ("source-checkout-github-500", "source-checkout", True, []),  # old: never
+        ("slurm-controller-down", "controller-down", True, []),  # old: never
+        ("python-segfault-rank1", "killed-by-signal", True, []),  # old: never; same nodes
+        ("srun-task-killed-silently", "killed-by-signal", True, []),  # old: never
+        ("cleanup-exit-143-after-training-end", "cleanup-after-success", False, []),
+        ("rocm-gpu-hang", "gpu-hardware", True, ["gpu02"]),
+        ("slurm-node-failure-4node", "node-fail", True, ["gpu03"]),
+        ("maxtext-config-error", "config-error", False, []),
+        ("train-env-bad-profile", "config-error", False, []),
+        ("xla-unknown-flag", "unknown-xla-flag", False, []),
+        ("compile-oom-traceback", "oom", False, []),
+        ("slurm-cgroup-oom", "oom", False, []),
+        ("srun-step-refused-gres", "step-refused", False, []),
+        ("orbax-tensorstore-missing-array", "checkpoint-error", False, []),
+        ("python-exception-rank0", "python-exception", False, []),
+    ],
+)
+def test_the_catalogue_entry_decides_retry_and_exclusion(case, cls, retried, exclude, tmp_path):
+    text = (CORPUS / f"{case}.log").read_text()
+    decision = requeue.decide(logparse.parse_text(text), text, {"MAX_RETRIES": "2"}, tmp_path)
+    assert decision.why.startswith(cls), decision
+    assert (decision.retry, decision.exclude) == (retried, exclude), decision.why
+    assert decision.rule.startswith("catalogue entry "), decision.rule  # which entry decided
+    assert "; advice: " in decision.rule
+
+
+def test_a_site_local_policy_overrides_the_shipped_one(tmp_path, monkeypatch, job_dir):
+    """The policy is data: a site that never wants a NIC error retried says so without code."""
+    local = tmp_path / "site.yaml"
+    local.write_text("signatures:\n  - id: nccl-ib-completion-error\n    retry: never\n")
+    monkeypatch.setenv("FAILURE_SIGNATURES_FILE", str(local))
+    text = (CORPUS / "nccl-ib-completion-error-rank2.log").read_text()
+    decision = requeue.decide(logparse.parse_text(text), text, {"MAX_RETRIES": "2"}, job_dir)
+    assert not decision.retry
+    assert decision.rule.startswith("catalogue entry nccl-ib-completion-error: never; advice: ")
+
+
+def test_a_failure_of_a_retry_without_node_entry_that_names_no_host_excludes_none(job_dir):
+    body = "1: RuntimeError: Unable to initialize backend 'cuda': FAILED_PRECONDITION: No visible GPU devices.\n"
+    decision = decide(job_log(body, "FAILED", 1, header=HEADER.replace("JOB_NODELIST=node[1-2]\n", "")), job_dir)
+    assert decision.retry and decision.exclude == []
+    assert decision.why == "no-gpu (no host blamed: none excluded)"
+
+
+def test_the_time_limit_line_is_decided_by_its_catalogue_entry(job_dir):
+    decision = decide(job_log(TIME_LIMIT, "STOPPED", 0), job_dir)
+    assert decision.retry
+    assert decision.rule.startswith("catalogue entry time-limit-warning: retry; advice: ")
+
+
 def test_a_hang_blames_nobody(job_dir):
     decision = decide(
         job_log("1: == HANG detected (phase training, last step 4, 9 s since) ==\n", "HANG", 143), job_dir
@@ -387,7 +460,10 @@ def test_dry_run_and_not_retried_exit_codes(tmp_path, job_dir):
     env = {"MAX_RETRIES": "1", "MAXTEXT_LAUNCHER_DIR": str(snap), "SUBMIT_ARGV": "tiny -N 2"}
     dry = CliRunner().invoke(main, ["requeue", "--dry-run", str(log)], env=env)
     assert dry.exit_code == 0
-    assert dry.output.strip() == "== would requeue: hang: training as attempt 2 of 2, excluding no hosts =="
+    assert dry.output.strip().startswith(
+        "== would requeue: hang: training as attempt 2 of 2, excluding no hosts [catalogue entry hang-watchdog: retry"
+    )
+    assert "; advice: progress stopped" in dry.output
     assert not (tmp_path / "500-tiny" / "requeue.json").exists()
     off = CliRunner().invoke(main, ["requeue", str(log)], env={"MAX_RETRIES": "0"})
     assert off.exit_code == 3
@@ -414,7 +490,10 @@ def test_help_says_what_is_retried_how_often_and_what_dry_run_does():
     result = CliRunner().invoke(main, ["requeue", "--help"])
     assert result.exit_code == 0
     text = " ".join(result.output.split())
-    assert all(name in text for name in requeue.RETRYABLE)
+    for policy in ("retry:", "retry-without-node:", "never:"):
+        assert policy in text
+    for cls in ("gpu-hardware", "no-gpu", "stage-timeout", "cleanup-after-success", "config-error"):
+        assert cls in text  # the classes, read from the catalogue when the help is shown
     for needle in ("MAX_RETRIES", "REQUEUE_EXCLUDE", "--dry-run", "At most once per job", "requeue.json"):
         assert needle in text
     assert "doc)" not in text  # it used to send the reader to the module's docstring
@@ -540,14 +619,20 @@ def test_time_limit_saves_a_checkpoint_and_the_requeued_attempt_resumes_from_it(
     assert stopped, first_text[-3000:]
     saved = int(stopped.group(1))
     assert Path(stopped.group(2)).is_dir()
-    assert re.search(rf"^== REQUEUED as job {second} \(attempt 2 of 2\): time-limit ==$", first_text, re.M)
+    assert re.search(
+        rf"^== REQUEUED as job {second} \(attempt 2 of 2\): time-limit \[catalogue entry [\w-]+: retry; .*\] ==$",
+        first_text,
+        re.M,
+    )
     head = header(second_text)
     assert (head["ATTEMPT"], head["RETRY_OF"], head["MAX_RETRIES"]) == ("2", job_id, "1")
     assert f"restoring from this run's directory step {saved}" in second_text
     # MaxText logs a step's metrics one step late: the first line of the resumed run is the saved step's or the next.
     assert saved <= rank0_steps(second_text)[0] <= saved + 1, rank0_steps(second_text)[:3]
     assert re.search(
-        r"^== not requeued: time-limit; retries used up \(1 allowed, this was attempt 2\) ==$", second_text, re.M
+        r"^== not requeued: time-limit; retries used up \(1 allowed, this was attempt 2\) \[catalogue entry .*\] ==$",
+        second_text,
+        re.M,
     ), second_text[-2000:]
     first_dir, second_dir = log.with_suffix(""), second_log.with_suffix("")
     assert (first_dir / "next").resolve() == second_dir.resolve()
@@ -619,7 +704,11 @@ def test_two_node_hang_is_told_by_the_monitor_and_the_requeued_attempt_resumes(l
     assert "state T (stopped)" in (hang / "node2.txt").read_text()
     node1 = (hang / "node1.txt").read_text()
     assert "Thread " in node1 and "state T" not in node1, node1
-    assert re.search(rf"^== REQUEUED as job {second} \(attempt 2 of 2\): hang: training ==$", text, re.M)
+    assert re.search(
+        rf"^== REQUEUED as job {second} \(attempt 2 of 2\): hang: training(; excluding \S+)? \[catalogue entry hang-watchdog: .*\] ==$",
+        text,
+        re.M,
+    )
     # Attempt 2 resumed from attempt 1's last checkpoint (step 10, or the one MaxText saved when the watchdog
     # stopped it), not from 0, and finished.
     saved = max(int(s) for s in re.findall(r"^0: .*Saved a checkpoint at step (\d+)\.", text, re.M))

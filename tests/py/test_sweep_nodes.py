@@ -1,8 +1,12 @@
 """`jobkit sweep nodes` and the engine rules it exercises, against recorded real job logs (no Slurm)."""
 
 import json
+from pathlib import Path
 
+import pytest
 from sweep_fakes import FakeJob, failing, hanging, invoke, passing
+
+from jobkit.sweep import engine
 
 TGS = {"n1": 1000.0, "n2": 990.0, "n3": 965.0, "n4": 900.0}
 
@@ -128,3 +132,41 @@ def test_a_job_that_dies_before_its_log_is_retried_then_reported(monkeypatch, tm
     )
     assert runner.keys == ["n1"] * 3  # transient: 1 + max-retries (2)
     assert "ended without a job log (NODE_FAIL)" in result.output
+
+
+@pytest.mark.parametrize(
+    ("reason", "policy"),
+    [
+        ("no-log", "retry"),  # the sweep's own outcomes
+        ("stopped-early", "retry"),
+        ("collective-error", "retry-without-node"),  # its first entry, a NIC error
+        ("stage-timeout", "retry"),  # the old TRANSIENT set did not retry these
+        ("image-pull", "retry"),
+        ("gpu-hardware", "retry-without-node"),
+        ("no-gpu", "retry-without-node"),
+        ("preflight-failed", "retry-without-node"),
+        ("oom", "never"),  # a result in a sweep: the point does not fit
+        ("data-missing", "never"),
+        ("config-error", "never"),
+        ("cleanup-after-success", "never"),
+    ],
+)
+def test_a_sweep_retries_by_the_catalogue_policy(reason, policy):
+    assert engine.retry_policy(reason) == policy
+
+
+def test_the_config_classes_that_stop_a_sweep_are_never_retried():
+    assert all(engine.retry_policy(cls) == "never" for cls in engine.CONFIG)
+
+
+def test_a_stage_timeout_is_retried_by_its_catalogue_policy_and_a_missing_dataset_is_not(monkeypatch, tmp_path):
+    corpus = Path(__file__).resolve().parents[1] / "fixtures" / "failures" / "corpus"
+    logs = {"n1": "training-stage-timeout.log", "n2": "dataset-missing.log"}
+    result, runner = invoke(
+        monkeypatch,
+        tmp_path,
+        ["nodes", "--id", "s1", "tiny", "-w", "n[1-2]"],
+        lambda p, n, a: FakeJob((corpus / logs[p.key]).read_text()),
+    )
+    assert runner.keys.count("n1") == 3, result.output  # stage-timeout: retry (the old TRANSIENT set: never)
+    assert runner.keys.count("n2") == 1, result.output  # data-missing: never

@@ -12,7 +12,8 @@ and through its log and job dir on the shared filesystem, and emits what is new:
                  state (`jobkit tgs`'s window: after this attempt's warm-up and restore) and stayed there over
                  two polls and two separate windows of steps: a burst of load on a shared host is not news
     verdict      the end-of-run line (`... — PASS` / `— FAIL (class)` / `— STOPPED early`)
-    failure      the failure class, its evidence line and the host it blames (as `jobkit why`)
+    failure      the failure class, its evidence line, the host it blames and how it was found, the retry
+                 decision and the catalogue's advice where the line fits (as `jobkit why`)
     requeued     the job was submitted again (its `== REQUEUED as job N` line); the new job is followed too
     requeue-failed / not-requeued   with --requeue, for a job whose batch host died (see below)
     metrics-off  a RAY=1 job has no TSDB: its metrics are off, and the reason its log gives (not a failure)
@@ -462,13 +463,7 @@ class Monitor:
                 events += self._emit(record, job_id, "verdict", "verdict", verdict.group(0))
             found = requeue.outcome(log, text, log_path.with_suffix(""))
             if found is not None:
-                detail = "".join(
-                    [
-                        f"; evidence: {found.evidence}" if found.evidence else "",
-                        f"; host: {found.host}" if found.host else "",
-                    ]
-                )
-                events += self._emit(record, job_id, "failure", "failure", f"{who}{found.label}{detail}")
+                events += self._emit(record, job_id, "failure", "failure", failure_text(who, found))
             requeued = requeue.REQUEUED_LINE.search(text)
             ended = _REQUEUE_END.search(text)
             if requeued:
@@ -554,6 +549,27 @@ class Monitor:
             return self._emit(record, job_id, "backfill", "backfill-failed", f"{tsdb}: {exc}")
         last = said[-1] if said else "done"
         return self._emit(record, job_id, "backfill", "backfill", f"completed the TSDB's TensorBoard backfill: {last}")
+
+
+# A `failure` event is one line; the catalogue's advice is added only where the line stays within this.
+FAILURE_LINE_MAX = 300
+
+
+def failure_text(who: str, found: failures.Failure) -> str:
+    """The `failure` event's line: the class, its evidence, the blamed host and how it was found, the retry
+    decision, and the catalogue's advice where the line still fits in FAILURE_LINE_MAX characters."""
+    host = f"; host: {found.host}" + (f" ({found.blame_how})" if found.blame_how else "") if found.host else ""
+    text = "".join(
+        [
+            who,
+            found.label,
+            f"; evidence: {found.evidence}" if found.evidence else "",
+            host,
+            f"; retry: {found.retry_decision}",
+        ]
+    )
+    advice = f"; advice: {found.advice}" if found.advice else ""
+    return text + advice if len(text + advice) <= FAILURE_LINE_MAX else text
 
 
 def is_failure(event: Event) -> bool:

@@ -4,15 +4,16 @@ _job.sbatch runs this as its last act when `MAX_RETRIES` is above 0, in the envi
 submitted with (its own additions and Slurm's SLURM_* variables removed), so the next attempt is what the
 user asked for, not what the batch script made of it. Steps:
 
-1. Decide (`decide`), from the job log: the status in its JOB SUMMARY and the failure class that
-   `jobkit why` gives. A hang, or a time limit the batch script acted on, also needs the marker the job's own
-   watchdog or batch script wrote (hang_watchdog.read_marker, time_limit_requested): a log line alone may have
-   been appended by a teammate in a shared workspace, and is not retried. Retried: a hang, a distributed (coordination/heartbeat) timeout, a collective error,
-   a node failure, a preemption, a time limit (also a training that stopped itself because Slurm warned of
-   the limit: the `TIME LIMIT` line of _job.sbatch), a GPU hardware fault. Never: success, a cancel by a
-   person, OOM, a config error, a Python exception, anything unknown: another attempt fails the same way.
-2. Blame: a node failure or a GPU fault that names a host adds that host to the next attempt's --exclude,
-   along with every host earlier attempts excluded.
+1. Decide (`decide`), from the job log: the status in its JOB SUMMARY and the failure `jobkit why` gives,
+   whose catalogue entry (configs/failure_signatures.yaml, or the site-local file) carries the retry policy:
+   `retry` resubmits, `retry-without-node` resubmits without the blamed host, `never` stops and says why (the
+   entry's advice). A failure that only has a class (the `TIME LIMIT` line of _job.sbatch) takes its class's
+   policy (failures.retry_policy). A hang, or a time limit the batch script acted on, also needs the marker the
+   job's own watchdog or batch script wrote (hang_watchdog.read_marker, time_limit_requested): a log line alone
+   may have been appended by a teammate in a shared workspace, and is not retried. Success, an early stop that
+   was not for a time limit, a cancel by a person and anything unknown are never retried.
+2. Blame: under `retry-without-node`, the host the failure blames is added to the next attempt's --exclude,
+   along with every host earlier attempts excluded (a failure that names no host excludes none).
 3. Claim: `<job dir>/requeue.json` is created exclusively (O_EXCL), so whoever else might requeue the same
    job (a second call, a monitor) finds it taken and does nothing. It is taken only once the snapshot and the
    arguments have been checked, and a submit that certainly submitted nothing (submit.sh or sbatch refused it)
@@ -38,6 +39,7 @@ import re
 import shlex
 import subprocess
 import sys
+import textwrap
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -47,17 +49,6 @@ from jobkit.core import clitypes, failures, files, logparse
 from jobkit.core.errors import EXIT_BAD_INPUT, EXIT_NOT_RETRIED, JobkitError
 from jobkit.ops import hang_watchdog
 
-RETRYABLE = {
-    "hang",
-    "distributed-timeout",
-    "collective-error",
-    "node-fail",
-    "preempted",
-    "time-limit",
-    "gpu-hardware",
-}
-# Classes whose named host is at fault and should not get the next attempt.
-BLAME_HOST = {"node-fail", "gpu-hardware"}
 CLAIM_FILE = "requeue.json"
 # Where a claim whose submit certainly submitted nothing goes: it no longer blocks, and still says what failed.
 FAILED_FILE = "requeue.failed.json"
@@ -97,10 +88,16 @@ class Decision:
     attempt: int  # this job's attempt (1 = the first submission)
     max_retries: int
     exclude: list[str] = field(default_factory=list)  # hosts the next attempt must not get
+    rule: str = ""  # what decided, in words: the catalogue entry, its retry policy and its advice
 
     @property
     def next_attempt(self) -> int:
         return self.attempt + 1
+
+    @property
+    def said(self) -> str:
+        """WHY with the rule that decided it, for the log's requeue line and --dry-run."""
+        return f"{self.why} [{self.rule}]" if self.rule else self.why
 
 
 def _int(value: str | None, default: int) -> int:
@@ -121,6 +118,23 @@ def _unverified(claim: str, job_dir: Path, job_id: str, check) -> failures.Failu
     return failures.Failure("unverified", f"the log says {claim}, but {why}")
 
 
+def _from_entry(sig_id: str, cls: str, evidence: str) -> failures.Failure:
+    """A failure of class CLS that the catalogue entry SIG_ID describes (its policy and advice), where requeue
+    read the line itself; the class's policy when a site-local file dropped that entry."""
+    for sig in failures.load_catalogue().signatures:
+        if sig.id == sig_id and sig.cls == cls:
+            return failures.Failure(cls, evidence=evidence, signature=sig.id, source=sig.source, retry=sig.retry,
+                                    advice=sig.advice)  # fmt: skip
+    return failures.Failure(cls, evidence=evidence, retry=failures.retry_policy(cls))
+
+
+def rule(found: failures.Failure) -> str:
+    """Which catalogue entry decided FOUND's retry, its policy and its advice, in one phrase."""
+    policy = found.retry_decision
+    where = f"catalogue entry {found.signature}" if found.signature else f"class {found.reason}"
+    return f"{where}: {policy}" + (f"; advice: {found.advice}" if found.advice else "")
+
+
 def outcome(log: logparse.JobLog, text: str, job_dir: Path) -> failures.Failure | None:
     """How the job of LOG (its tail TEXT; its dir JOB_DIR) ended, as a failure class; None for a success or a
     job not ended."""
@@ -134,7 +148,7 @@ def outcome(log: logparse.JobLog, text: str, job_dir: Path) -> failures.Failure 
             return bad
         # Slurm warned of the limit and training was asked to save and stop: whether it then exited 0
         # (STOPPED) or had to be killed, the cause is the limit.
-        return failures.Failure("time-limit", evidence=failures._line_at(text, limit.start()))
+        return _from_entry("time-limit-warning", "time-limit", failures._line_at(text, limit.start()))
     if log.footer_status == "STOPPED":
         stopped = re.search(r"Training stopped: (.*?)\.?$", text, re.M)
         return failures.Failure("stopped-early", stopped.group(1) if stopped else "")
@@ -182,12 +196,16 @@ def decide(log: logparse.JobLog, text: str, env: dict[str, str], job_dir: Path) 
         return no(f"{found.detail} (not retried)")
     if found.reason == "stopped-early":
         return no(f"{found.label} (not retried: not for a time limit)")
-    if found.reason not in RETRYABLE:
-        return no(f"{found.label} (not retried: another attempt would fail the same way)")
-    exclude = list(earlier)
-    if found.reason in BLAME_HOST and found.host and found.host not in exclude:
-        exclude.append(found.host)
-    return _within_retries(Decision(True, found.label, attempt, max_retries, exclude))
+    policy = found.retry_decision
+    if policy == "never":
+        return Decision(False, f"{found.label} (not retried)", attempt, max_retries, earlier, rule(found))
+    exclude, why = list(earlier), found.label
+    if policy == "retry-without-node":
+        if not found.host:
+            why += " (no host blamed: none excluded)"
+        elif found.host not in exclude:
+            exclude.append(found.host)
+    return _within_retries(Decision(True, why, attempt, max_retries, exclude, rule(found)))
 
 
 def decide_lost(log: logparse.JobLog, env: dict[str, str], state: str) -> Decision:
@@ -207,9 +225,8 @@ def decide_lost(log: logparse.JobLog, env: dict[str, str], state: str) -> Decisi
     host = nodes[0] if nodes else None
     exclude = [*earlier, host] if host and host not in earlier else list(earlier)
     where = f"its batch host {host}" if host else "its batch host (not named: the log has no nodelist)"
-    return _within_retries(
-        Decision(True, f"node-fail: {where} died (Slurm: {state}, no JOB SUMMARY)", attempt, max_retries, exclude)
-    )
+    why = f"node-fail: {where} died (Slurm: {state}, no JOB SUMMARY)"
+    return _within_retries(Decision(True, why, attempt, max_retries, exclude, "lost batch host: retry-without-node"))
 
 
 def read_submit_argv(value: str) -> list[str]:
@@ -385,15 +402,20 @@ _job.sbatch runs this as its last act when MAX_RETRIES is above 0; run it by han
 ended, or with --dry-run to see what would be decided.
 
 \b
-Retried (the failure class `jobkit why` gives):
-  {", ".join(sorted(RETRYABLE))}
-  (a hang or a time limit only with the marker the job's own watchdog or batch script wrote).
-Never: success, a cancel by a person, OOM, a config error, a Python exception, anything unknown.
+What is retried is the retry policy of the catalogue entry that `jobkit why`
+matched (configs/failure_signatures.yaml plus a site-local file; README's
+failure-class table lists them):
+  retry               submit again on any nodes
+  retry-without-node  submit again, excluding the host the failure blames
+  never               not requeued: the line says which entry decided and its advice
+{{classes}}
+A hang or a time limit is retried only with the marker the job's own watchdog or batch script wrote.
+Never: success, an early stop not for a time limit, a cancel by a person, anything unknown.
 
 \b
 MAX_RETRIES      attempts after the first (the environment's, else the log header's; 0: never)
 REQUEUE_EXCLUDE  hosts earlier attempts excluded (comma-separated): the next attempt avoids them,
-                 and the host that a node failure or GPU fault names
+                 and the host a retry-without-node failure blames
 
 At most once per job: <job dir>/{CLAIM_FILE} is the claim and names the next job; a second call (a
 monitor, a rerun) submits nothing. The claim is taken only after the snapshot and the arguments are
@@ -404,11 +426,35 @@ The next attempt runs from the same code snapshot (MAXTEXT_LAUNCHER_DIR) with th
 when the environment lacks them (submit.sh saves it when MAX_RETRIES is above 0).
 
 \b
---dry-run decides, checks and prints what would happen (the next attempt, the hosts excluded, a claim
-that blocks); it submits and writes nothing.
+--dry-run decides, checks and prints what would happen (the next attempt, the hosts excluded, the
+catalogue entry that decided, a claim that blocks); it submits and writes nothing.
 Exit 0: requeued (or would be); {EXIT_NOT_RETRIED}: not requeued;
 {EXIT_BAD_INPUT}: the log cannot be read, or the submit failed.
 """
+
+
+def policy_lines() -> str:
+    """The classes under each retry policy, from the catalogue (a class whose entries differ is under each)."""
+    try:
+        sigs = failures.load_catalogue().signatures
+    except failures.CatalogueError as exc:
+        return f"  (the catalogue cannot be read: {exc})"
+    lines = ["\b", "Classes by policy (today's catalogue; a class whose entries differ is under each):"]
+    for policy in failures.RETRY_POLICIES:
+        names = ", ".join(sorted({s.cls for s in sigs if s.retry == policy}))
+        lines += [
+            f"  {policy}:",
+            *textwrap.wrap(names, 72, initial_indent="    ", subsequent_indent="    ", break_on_hyphens=False),
+        ]
+    return "\n".join(lines)
+
+
+class _Command(click.Command):
+    """The help reads the catalogue when it is shown, not when the module is imported."""
+
+    def format_help_text(self, ctx, formatter):
+        self.help = HELP.replace("{classes}\n", "\n" + policy_lines() + "\n\n")
+        super().format_help_text(ctx, formatter)
 
 
 def _read_record(path: Path) -> dict:
@@ -481,7 +527,7 @@ def dry_run_decision(log_path: Path, env: dict[str, str], lost: str | None = Non
     return decision
 
 
-@click.command("requeue", help=HELP)
+@click.command("requeue", cls=_Command, help=HELP)
 @click.argument("log", type=click.Path(dir_okay=False))
 @click.option("--dry-run", is_flag=True, help="Say what would be decided; submit and write nothing.")
 def command(log, dry_run):
@@ -499,8 +545,9 @@ def command(log, dry_run):
     total = 1 + decision.max_retries
     if job_id:
         also = f"; excluding {','.join(decision.exclude)}" if decision.exclude else ""
-        click.echo(f"== REQUEUED as job {job_id} (attempt {decision.next_attempt} of {total}): {decision.why}{also} ==")
+        said = f"{decision.why}{also}" + (f" [{decision.rule}]" if decision.rule else "")
+        click.echo(f"== REQUEUED as job {job_id} (attempt {decision.next_attempt} of {total}): {said} ==")
         return
     verb = "would requeue" if dry_run and decision.retry else "not requeued"
-    click.echo(f"== {verb}: {decision.why} ==")
+    click.echo(f"== {verb}: {decision.said} ==")
     sys.exit(0 if dry_run and decision.retry else EXIT_NOT_RETRIED)

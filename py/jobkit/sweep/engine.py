@@ -30,15 +30,22 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
+from jobkit.core import failures
 from jobkit.sweep import watch
 from jobkit.sweep.jobs import ENDED, PENDING, Handle, Outcome, Point, Runner, SubmitError
 from jobkit.sweep.state import INTERRUPTED, Sweep
 
-TRANSIENT = {
-    "distributed-timeout", "collective-error", "killed-by-signal", "node-fail", "preempted", "no-log", "time-limit",
-    "stopped-early",
-}  # fmt: skip
+# Whether a failed point is retried is its failure class's catalogue policy (failures.retry_policy: retry,
+# retry-without-node, never), as for `jobkit requeue`; these two outcomes are the sweep's own, not classes.
+RETRIED_OUTCOMES = {"no-log", "stopped-early"}
+# Classes that say the point's settings are wrong (all `never` in the catalogue): two with none passed stop
+# the sweep. OOM is not one: in a sweep it is a result (the point does not fit), not a retry.
 CONFIG = {"config-error", "unknown-xla-flag", "python-exception"}
+
+
+def retry_policy(reason: str) -> str:
+    """The catalogue's retry policy for a point's failure class (the sweep's own outcomes: retry)."""
+    return "retry" if reason in RETRIED_OUTCOMES else failures.retry_policy(reason)
 
 
 class SweepStopped(Exception):
@@ -283,7 +290,10 @@ class Engine:
                     f"(last: {outcome.reason}: {outcome.detail}); fix the config or the overrides, then resume"
                 )
             return None
-        blamed = watch.blamed_node(outcome.detail, outcome.nodes)
+        policy = retry_policy(outcome.reason)
+        if policy == "never":
+            return None
+        blamed = watch.blamed_node(outcome.detail, outcome.nodes) if policy == "retry-without-node" else None
         if blamed and blamed not in self.excluded:
             self.excluded.append(blamed)
             self.sweep.record("excluded", live.point.key, node=blamed, evidence=outcome.detail)
@@ -294,9 +304,7 @@ class Engine:
                     f"{len(self.excluded)} nodes excluded ({', '.join(self.excluded)}): the cluster looks unhealthy; "
                     "check them with `utils/preflight.sh` / `utils/ecc_check.sh` before resuming"
                 )
-        if outcome.reason in TRANSIENT or blamed:
-            return live.nodes + self._spares(live)
-        return None
+        return live.nodes + self._spares(live)
 
     def _spares(self, live: _Live) -> tuple[str, ...]:
         """Nodes of the point's own list not in use by this attempt (a retry may need a replacement)."""
