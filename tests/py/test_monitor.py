@@ -339,6 +339,9 @@ def test_a_malformed_url_does_not_stop_the_monitor(env, monkeypatch):
     ("args", "setup", "message"),
     [
         (["tiny-job"], None, "'tiny-job' is not a job id"),
+        # bad-input mon25: no Slurm job id has 23 digits (they are 32-bit); it was followed without a word
+        (["99999999999999999999999"], None, "'99999999999999999999999' is not a job id"),
+        (["4294967296"], None, "'4294967296' is not a job id"),
         (["500"], "corrupt", "cannot be read"),
         (["500"], "shared-config", "readable or writable by others"),
     ],

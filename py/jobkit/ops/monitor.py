@@ -88,6 +88,8 @@ class Event:
 
 # ------------------------------------------------------------------------------------------- the scheduler
 
+SLURM_MAX_JOB_ID = 2**32 - 1  # slurmctld's job_id is a uint32_t
+
 
 def queue_states() -> dict[str, str] | None:
     """Job id -> state of the user's jobs Slurm holds, those that just ended included; None when squeue
@@ -712,7 +714,13 @@ def command(
         os.kill(pid, signal.SIGTERM)
         click.echo(f"stopped monitor {pid}")
         return
-    bad = [j for j in jobs if not re.fullmatch(r"\d+(?:_\d+)?|local_\d{8}_\d{6}_[0-9a-f]{4}", j)]
+    # Slurm's job ids are 32-bit (a federation's included): a longer number can be no job, only a typo.
+    bad = [
+        j
+        for j in jobs
+        if not re.fullmatch(r"\d+(?:_\d+)?|local_\d{8}_\d{6}_[0-9a-f]{4}", j)
+        or (j[0].isdigit() and int(j.split("_")[0]) > SLURM_MAX_JOB_ID)
+    ]
     if bad:
         raise JobkitError("monitor", f"'{bad[0]}' is not a job id; give Slurm job ids (see 'jobkit jobs')", EXIT_USAGE)
     targets = None
