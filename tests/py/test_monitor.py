@@ -484,6 +484,24 @@ def test_daemon_runs_in_the_background_refuses_a_second_and_stops(env, tmp_path)
             os.kill(pid, signal.SIGKILL)
 
 
+def test_stop_signals_no_process_that_is_not_a_monitor_even_when_pid_and_start_time_match(env, tmp_path):
+    """bad-input mon21, the rule of issue 23: a pid file is believed when the process's start time AND its command
+    line match what wrote it. Here the file is well formed, ours, names this state file and the live process's
+    real start time, but the process is a `sleep`, not a jobkit monitor."""
+    state = tmp_path / "m" / "state.json"
+    state.parent.mkdir()
+    decoy = subprocess.Popen(["sleep", "60"])
+    try:
+        start = procfs.stat(decoy.pid).start
+        state.with_name("state.pid").write_text(f"{decoy.pid} {start} {state.resolve()}\n")
+        result = CliRunner().invoke(main, ["monitor", "--stop", "--state", str(state)])
+        assert result.exit_code == 1 and "no monitor running for" in result.output, result.output
+        assert decoy.poll() is None
+    finally:
+        decoy.kill()
+        decoy.wait()
+
+
 def test_an_ended_job_whose_teardown_did_not_backfill_gets_its_backfill_from_the_monitor(env, prometheus_installed):
     from jobkit.observe import tb_backfill
 

@@ -596,7 +596,8 @@ def _pid_alive(pid_file: Path, state_path: Path) -> int | None:
 
     The pid file ("PID START STATE_PATH", written by that monitor) may sit in a workspace others can write to,
     so it is believed only when it is ours, and the process is ours, is still the one that wrote it (its start
-    time) and follows this very state file: a planted pid file must not make --stop signal anything else."""
+    time), runs `jobkit monitor` and follows this very state file: a planted pid file must not make --stop signal
+    anything else."""
     try:
         if pid_file.stat().st_uid != os.getuid():
             return None
@@ -606,7 +607,9 @@ def _pid_alive(pid_file: Path, state_path: Path) -> int | None:
     except (OSError, ValueError):
         return None
     same = owner == os.getuid() and procfs.alive(pid, start) and recorded == str(state_path.resolve())
-    return pid if same else None
+    # ... and is a jobkit monitor by its command line (argv `... monitor --daemon ...`), the second half of the
+    # rule: a file that names another live process's pid and start time must not get that process signalled.
+    return pid if same and "monitor" in procfs.cmdline(pid) else None
 
 
 def daemonize(pid_file: Path, log_fd: int, state_path: Path) -> None:
