@@ -180,6 +180,9 @@ def test_a_failed_load_names_the_engines_own_summary_not_a_cut_tail(tool_path, t
     (tmp_path / "garbage.tar").write_bytes(b"\x00garbage")
     result = CliRunner().invoke(main, ["image-info", "--engine", "podman", str(tmp_path / "garbage.tar")])
     assert result.exit_code == 1
+    # ... and says what to give instead (bad-input img8-img10: the line ended on podman's dangling colon)
     assert result.output.strip().endswith(
-        "failed: Error: payload does not match any of the supported image formats:"
+        "failed: Error: payload does not match any of the supported image formats; "
+        "give an image tarball written by 'podman save', or an image name"
     ), result.output
+    assert len(result.output.strip().splitlines()) == 1

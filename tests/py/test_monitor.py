@@ -340,6 +340,9 @@ def test_a_malformed_url_does_not_stop_the_monitor(env, monkeypatch):
     ("args", "setup", "message"),
     [
         (["tiny-job"], None, "'tiny-job' is not a job id"),
+        # bad-input mon25: no Slurm job id has 23 digits (they are 32-bit); it was followed without a word
+        (["99999999999999999999999"], None, "'99999999999999999999999' is not a job id"),
+        (["4294967296"], None, "'4294967296' is not a job id"),
         (["500"], "corrupt", "cannot be read"),
         (["500"], "shared-config", "readable or writable by others"),
     ],
@@ -480,6 +483,24 @@ def test_daemon_runs_in_the_background_refuses_a_second_and_stops(env, tmp_path)
     finally:
         if Path(f"/proc/{pid}").exists():
             os.kill(pid, signal.SIGKILL)
+
+
+def test_stop_signals_no_process_that_is_not_a_monitor_even_when_pid_and_start_time_match(env, tmp_path):
+    """bad-input mon21, the rule of issue 23: a pid file is believed when the process's start time AND its command
+    line match what wrote it. Here the file is well formed, ours, names this state file and the live process's
+    real start time, but the process is a `sleep`, not a jobkit monitor."""
+    state = tmp_path / "m" / "state.json"
+    state.parent.mkdir()
+    decoy = subprocess.Popen(["sleep", "60"])
+    try:
+        start = procfs.stat(decoy.pid).start
+        state.with_name("state.pid").write_text(f"{decoy.pid} {start} {state.resolve()}\n")
+        result = CliRunner().invoke(main, ["monitor", "--stop", "--state", str(state)])
+        assert result.exit_code == 1 and "no monitor running for" in result.output, result.output
+        assert decoy.poll() is None
+    finally:
+        decoy.kill()
+        decoy.wait()
 
 
 def test_an_ended_job_whose_teardown_did_not_backfill_gets_its_backfill_from_the_monitor(env, prometheus_installed):

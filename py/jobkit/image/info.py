@@ -63,7 +63,10 @@ def resolve_image(engine: str, image: str) -> str:
     loaded = _run([engine, "load", "-i", image], timeout=1800)
     names = [line.split(": ", 1)[1] for line in loaded.stdout.splitlines() if line.startswith("Loaded image")]
     if loaded.returncode != 0 or not names:
-        raise ImageInfoError(f"'{engine} load -i {image}' failed: {engine_reason(loaded.stderr)}")
+        raise ImageInfoError(
+            f"'{engine} load -i {image}' failed: {engine_reason(loaded.stderr)}; "
+            f"give an image tarball written by '{engine} save', or an image name"
+        )
     return names[-1].split(",")[0].strip()
 
 
@@ -72,7 +75,7 @@ def engine_reason(stderr: str, limit: int = 300) -> str:
     summary there), else its last line; whole words, cut at the end rather than mid-word at the start."""
     lines = [line.strip() for line in stderr.splitlines() if line.strip()]
     errors = [line for line in lines if line.lower().startswith("error")]
-    reason = (errors or lines or ["no output"])[-1]
+    reason = (errors or lines or ["no output"])[-1].rstrip(":")  # podman's summary ends on the list it introduces
     return reason if len(reason) <= limit else reason[: limit - 3].rsplit(" ", 1)[0] + "..."
 
 

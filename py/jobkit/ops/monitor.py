@@ -89,6 +89,8 @@ class Event:
 
 # ------------------------------------------------------------------------------------------- the scheduler
 
+SLURM_MAX_JOB_ID = 2**32 - 1  # slurmctld's job_id is a uint32_t
+
 
 def queue_states() -> dict[str, str] | None:
     """Job id -> state of the user's jobs Slurm holds, those that just ended included; None when squeue
@@ -610,7 +612,8 @@ def _pid_alive(pid_file: Path, state_path: Path) -> int | None:
 
     The pid file ("PID START STATE_PATH", written by that monitor) may sit in a workspace others can write to,
     so it is believed only when it is ours, and the process is ours, is still the one that wrote it (its start
-    time) and follows this very state file: a planted pid file must not make --stop signal anything else."""
+    time), runs `jobkit monitor` and follows this very state file: a planted pid file must not make --stop signal
+    anything else."""
     try:
         if pid_file.stat().st_uid != os.getuid():
             return None
@@ -620,7 +623,9 @@ def _pid_alive(pid_file: Path, state_path: Path) -> int | None:
     except (OSError, ValueError):
         return None
     same = owner == os.getuid() and procfs.alive(pid, start) and recorded == str(state_path.resolve())
-    return pid if same else None
+    # ... and is a jobkit monitor by its command line (argv `... monitor --daemon ...`), the second half of the
+    # rule: a file that names another live process's pid and start time must not get that process signalled.
+    return pid if same and "monitor" in procfs.cmdline(pid) else None
 
 
 def daemonize(pid_file: Path, log_fd: int, state_path: Path) -> None:
@@ -728,7 +733,13 @@ def command(
         os.kill(pid, signal.SIGTERM)
         click.echo(f"stopped monitor {pid}")
         return
-    bad = [j for j in jobs if not re.fullmatch(r"\d+(?:_\d+)?|local_\d{8}_\d{6}_[0-9a-f]{4}", j)]
+    # Slurm's job ids are 32-bit (a federation's included): a longer number can be no job, only a typo.
+    bad = [
+        j
+        for j in jobs
+        if not re.fullmatch(r"\d+(?:_\d+)?|local_\d{8}_\d{6}_[0-9a-f]{4}", j)
+        or (j[0].isdigit() and int(j.split("_")[0]) > SLURM_MAX_JOB_ID)
+    ]
     if bad:
         raise JobkitError("monitor", f"'{bad[0]}' is not a job id; give Slurm job ids (see 'jobkit jobs')", EXIT_USAGE)
     targets = None
