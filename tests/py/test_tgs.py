@@ -502,3 +502,46 @@ def test_a_warm_up_faster_than_the_steady_window_is_explained_in_one_line():
     assert "\n" not in note and f"note: {note}" in tgs.format_table(s)
     # A warm-up slower than steady (the usual case) needs no word.
     assert not tgs.summarize(logparse.parse_file(MFU_LOG)).notes
+
+
+def _big_log(path, ranks: int, steps: int, first: int = 0, status: str = "FAILED (exit 1)") -> None:
+    """A multi-rank log whose last rank logs each step 3 steps late (lines of a step are not together)."""
+    lines = [f"JOB_ID=77\nJOB_NAME=big\nNNODES={ranks}\nMODEL_NAME=big\nPASSTHROUGH_ARGS=steps={steps}"]
+    late = []
+    for step in range(first, first + steps):
+        sec = 1.0 + 0.01 * (step % 7) + (5.0 if step == first else 0.0)
+        for r in range(ranks):
+            line = (
+                f"{r}: I1124 16:18:29.991666 1405 metric_logger.py:265] completed step: {step}, seconds: {sec:.3f}, "
+                f"TFLOP/s/device: {400 / sec:.3f}, MFU: {40 / sec:.2f}%, Tokens/s/device: {32768 / sec:.3f}, "
+                f"total_weights: 262144, loss: {9 - step / steps:.3f}, lm_loss: 1, perplexity: 1"
+            )
+            (late if r == ranks - 1 else lines).append(line)
+        if len(late) > 3:
+            lines.append(late.pop(0))
+    lines += late + ["==== JOB SUMMARY ====", f"  Status: {status}", "====================="]
+    path.write_text("\n".join(lines) + "\n")
+
+
+@pytest.mark.parametrize("first", [0, 500])  # 500: a resumed attempt, whose window may settle later
+def test_a_big_log_read_at_its_ends_gives_the_same_line_as_read_whole(tmp_path, monkeypatch, first):
+    log_path = tmp_path / "77-big.log"
+    _big_log(log_path, 4, 600, first)
+    whole = logparse.parse_file(str(log_path))
+    monkeypatch.setattr(logparse, "BIG_LOG", 0)
+    monkeypatch.setattr(logparse, "END_BYTES", 20_000)
+    ends = logparse.parse_ends(str(log_path), tgs.steps_needed())
+    read = {e.step for e in ends.entries}
+    assert ends.partial and not whole.partial
+    assert first + 300 not in read and first + 599 in read  # the middle was not read, the last step was
+    assert all(len([e for e in ends.entries if e.step == s]) == 4 for s in read)  # no step is half-read
+    assert (ends.header, ends.footer_status, ends.footer_exit) == (whole.header, "FAILED", 1)
+    a, b = tgs.summarize(whole), tgs.summarize(ends)
+    assert (b.tgs, b.mfu, b.steady_range, b.final_loss) == (a.tgs, a.mfu, a.steady_range, a.final_loss)
+    assert tgs.format_line(b, "PASS") == tgs.format_line(a, "PASS")
+
+
+def test_a_log_under_big_log_is_read_whole_by_parse_ends():
+    for path in (MFU_LOG, TWO_NODE_LOG, SHORT_LOG):
+        ends = logparse.parse_ends(str(path), tgs.steps_needed())
+        assert not ends.partial and ends == logparse.parse_file(str(path))

@@ -111,7 +111,7 @@ def read_row(log: Path, ws: Path, page_dir: Path) -> Row:
     row.tag = tagged.group(0).lstrip("-") if tagged else ""
     try:
         job = jobs.read_job(log)
-        parsed = logparse.parse_file(str(log))
+        parsed = logparse.parse_ends(str(log), tgs.steps_needed())  # as read_job: not a whole big log
         tail = failures.read_tail(str(log)) if job.status not in _NOT_FAILED else ""
     except OSError as e:  # permission denied, vanished since listed, an I/O error: this row only
         row.status, row.problem = "unreadable", f"{log.name}: {e.strerror or e}"

@@ -13,11 +13,13 @@ from jobkit.core.paths import workspace, workspace_problem
 from jobkit.core.verdict import STATUSES, verdict
 
 
-def load_log(command: str, path: str, not_a_log_code: int = EXIT_BAD_INPUT) -> logparse.JobLog:
+def load_log(
+    command: str, path: str, not_a_log_code: int = EXIT_BAD_INPUT, first_steps: int | None = None
+) -> logparse.JobLog:
     """The job log at PATH, or a JobkitError naming the file and what is wrong with it (NOT_A_LOG_CODE for a
-    file that is not a job log)."""
+    file that is not a job log). FIRST_STEPS: a big log's ends only (logparse.parse_ends)."""
     try:
-        return logparse.load(path)
+        return logparse.load(path, first_steps)
     except logparse.NotAJobLog as exc:
         raise JobkitError(command, str(exc), not_a_log_code) from None
     except logparse.LogError as exc:
@@ -75,7 +77,8 @@ def tgs_command(logfile, steady, as_json, as_line, status, exit_code, yml):
         raise JobkitError("tgs", str(exc), EXIT_BAD_INPUT) from None
     if yml:
         _check_config(yml)
-    log = load_log("tgs", logfile, EXIT_NO_NNODES)
+    # The end-of-run line needs the steady window and the end only: a big log is not read whole for it.
+    log = load_log("tgs", logfile, EXIT_NO_NNODES, tgs.steps_needed(window) if as_line else None)
     if log.nnodes is None:
         raise _nnodes_error(logfile, log)
     summary = tgs.summarize(log, window, yml or default_yml(log.header))

@@ -2,16 +2,25 @@
 
 Step lines may carry an `srun -l` task prefix (`0: `, ` 1: `) and may or may
 not carry the `MFU: X%` field that jobkit.launch inserts.
+
+A big log (BIG_LOG bytes or more: 512 ranks write ~100 MB per 1,000 steps) is read whole only by the readers
+that need every step (`tgs`'s table, `analyze`, `compare`); those that need its header, its first steps (the
+steady window) and its end (the JOB SUMMARY, the failure) read just those (`parse_ends`), in a time that does
+not grow with the run's length.
 """
 
 import os
 import re
 import shlex
+from collections import Counter
 from dataclasses import dataclass, field
 
 from jobkit.core.metrics_state import off_reason
 from jobkit.core.nodelist import expand_nodelist
 
+BIG_LOG = 64 << 20  # bytes: from this size on, `load(..., first_steps=N)` reads the log's ends only
+END_BYTES = 4 << 20  # the end read by parse_ends (as failures.TAIL_BYTES): the JOB SUMMARY and the failure
+RANK_LAG_STEPS = 64  # steps read past the ones needed: a slow rank's lines for a step come after others' later ones
 HEADER_SCAN_LINES = 50  # header sits at the top; stop looking after this
 _HEADER = re.compile(r"^(?P<key>[A-Z][A-Z0-9_]*)=(?P<value>.*)$")
 _PREFIX = re.compile(r"^\s*(?P<node>\d+): ")
@@ -30,7 +39,7 @@ _STATUS = re.compile(r"Status:\s*(?P<status>SUCCESS|FAILED|CANCELLED|HANG|STOPPE
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # slots: a 512-rank log holds ~500 of these per step
 class StepEntry:
     """One `completed step` line (one node's view of one step)."""
 
@@ -52,6 +61,7 @@ class JobLog:
     footer_status: str | None = None
     footer_exit: int | None = None
     metrics_off: str | None = None  # why a RAY=1 job's metrics were off, as its first such line says (metrics_state)
+    partial: bool = False  # parse_ends: entries hold the first steps and the last END_BYTES' steps, not every step
 
     @property
     def nnodes_header(self) -> tuple[str, str] | None:
@@ -124,9 +134,11 @@ def parse_text(text: str, path: str = "<text>") -> JobLog:
     return parse_lines(text.splitlines(), path)
 
 
-def parse_lines(lines, path: str = "<lines>") -> JobLog:
+def parse_lines(lines, path: str = "<lines>", scan_header: bool = True) -> JobLog:
+    """SCAN_HEADER False: the lines come from the middle of a log, and none of them is a header line."""
     log = JobLog(path)
-    scanned = 0  # lines of the top looked at for the header; `set -x` trace lines (_DEBUG=1) do not count
+    # lines of the top looked at for the header; `set -x` trace lines (_DEBUG=1) do not count
+    scanned = 0 if scan_header else HEADER_SCAN_LINES
     for line in lines:
         if scanned < HEADER_SCAN_LINES and not line.startswith("+"):
             scanned += 1
@@ -171,8 +183,8 @@ def not_a_job_log(path: str) -> str:
     )
 
 
-def load(path: str) -> JobLog:
-    """parse_file, with a LogError for a missing path, a directory, an unreadable file, or a file that is not a
+def load(path: str, first_steps: int | None = None) -> JobLog:
+    """parse_file (parse_ends with FIRST_STEPS for a log of BIG_LOG bytes or more), with a LogError for a missing path, a directory, an unreadable file, or a file that is not a
     job log (no JOB_ID and NNODES header: a random, binary or empty file). The one reader of a job log for the
     commands that are given one (tgs, why, analyze, compare, requeue)."""
     if os.path.isdir(path):
@@ -182,7 +194,7 @@ def load(path: str) -> JobLog:
     if not os.path.isfile(path):
         raise LogError(f"{path} is not a regular file; pass a job log, <JOB_WORKSPACE>/<JOB_ID>-<JOB_NAME>.log")
     try:
-        log = parse_file(path)
+        log = parse_ends(path, first_steps) if first_steps is not None else parse_file(path)
     except OSError as exc:
         raise LogError(f"cannot read {path}: {exc.strerror or exc}") from exc
     if not log.is_job_log:
@@ -209,3 +221,58 @@ def parse_file(path: str) -> JobLog:
     """Parse a log file (streamed; undecodable bytes are replaced)."""
     with open(path, encoding="utf-8", errors="replace") as fh:
         return parse_lines(fh, path)
+
+
+def parse_ends(path: str, first_steps: int) -> JobLog:
+    """parse_file for a log under BIG_LOG bytes; for a bigger one, only its ends: from the top up to FIRST_STEPS
+    steps past its first logged step (header, Config params, the steady window; RANK_LAG_STEPS more for ranks
+    that log late), then its last END_BYTES (the last steps, the JOB SUMMARY, a failure's lines). The steps
+    between are left out (JobLog.partial)."""
+    with open(path, "rb") as raw:
+        size = raw.seek(0, os.SEEK_END)
+    if size < BIG_LOG:
+        return parse_file(path)
+    with open(path, encoding="utf-8", errors="replace") as fh:
+        head = _HeadLines(fh, first_steps)
+        log = parse_lines(head, path)
+    if head.stopped is None:  # the first steps ran to the end of the file: it was read whole
+        return log
+    with open(path, "rb") as raw:
+        raw.seek(size - END_BYTES)
+        data = raw.read()
+    lines = data.decode("utf-8", errors="replace").splitlines()[1:]  # the first line is cut
+    tail = parse_lines(lines, path, scan_header=False)
+    # Only whole steps are kept: the head's up to the steps needed (the lag read past them may have cut some),
+    # the end's with as many lines as most of its steps have (its first ones may have lost a rank's lines).
+    log.entries = [e for e in log.entries if e.step <= head.needed]
+    counts = Counter(e.step for e in tail.entries if e.step > head.stopped)
+    whole = max(counts.values(), default=0)
+    log.entries.extend(e for e in tail.entries if e.step > head.stopped and counts[e.step] == whole)
+    log.config_params.update(tail.config_params)
+    log.footer_status, log.footer_exit = tail.footer_status, tail.footer_exit
+    log.metrics_off = log.metrics_off or tail.metrics_off
+    log.partial = True
+    return log
+
+
+class _HeadLines:
+    """The lines of FH up to the first step line FIRST_STEPS + RANK_LAG_STEPS past the first logged step;
+    `needed` is the last step needed, `stopped` the last one read (None: the file ended first)."""
+
+    def __init__(self, fh, first_steps: int):
+        self.fh, self.first_steps, self.stopped, self.needed = fh, first_steps, None, None
+
+    def __iter__(self):
+        limit = None
+        for line in self.fh:
+            if "completed step:" in line:
+                m = _STEP.search(line)
+                if m:
+                    step = int(m.group("step"))
+                    if limit is None:
+                        self.needed = step + self.first_steps
+                        limit = self.needed + RANK_LAG_STEPS
+                    elif step > limit:
+                        self.stopped = limit
+                        return
+            yield line

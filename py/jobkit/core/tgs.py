@@ -92,6 +92,14 @@ def per_step(entries: list[StepEntry]) -> list[StepPoint]:
     ]
 
 
+def steps_needed(steady: tuple[int, int] = DEFAULT_STEADY) -> int:
+    """How many steps past the first logged one the steady window can reach: its end, plus the settle horizon
+    of a resumed attempt (the window moves at most one window length). What logparse.load(first_steps=) of a
+    reader of the steady mean and the end (the end-of-run line, `jobs`, the dashboard) reads of a big log."""
+    a, b = steady
+    return b + 2 * (b - a + 1)
+
+
 def parse_steady(spec: str) -> tuple[int, int]:
     """`5:14` -> (5, 14), inclusive; ValueError on anything else."""
     first, sep, last = spec.partition(":")

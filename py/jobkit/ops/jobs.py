@@ -84,7 +84,7 @@ def job_logs(ws: Path) -> list[Path]:
 
 def read_job(path: Path) -> Job:
     """The job LOG records; OSError when it cannot be read (the dashboard makes that a row of its own)."""
-    parsed = logparse.parse_file(str(path))
+    parsed = logparse.parse_ends(str(path), tgs.steps_needed())  # header, steady window, end: not a whole big log
     m = _JOB_LOG.match(path.name)
     header = parsed.header
     status = parsed.footer_status or "no summary"

@@ -58,7 +58,7 @@ def why_command(logfile, status, exit_code, as_json, show_all):
     """Classify why the run in LOGFILE failed; after a crash, where its core dump is and how to open it.
     How it ended comes from --status/--exit-code, else from the log's JOB SUMMARY. The classes, their
     patterns and advice are the catalogue configs/failure_signatures.yaml (plus a site-local file)."""
-    log = load_log("why", logfile)
+    log = load_log("why", logfile, first_steps=0)  # header, a first step and the end: a big log is not read whole
     nodes, nodes_note = logparse.header_nodes(log.header)
     if nodes_note:
         click.echo(f"jobkit why: {logfile}: {nodes_note}", err=True)

@@ -1,0 +1,208 @@
+#!/usr/bin/env python3
+"""Usage: bench/scale/measure.py WORKDIR [--nodes 8,64,256,512] [--steps 1000] [--big-steps 4000] [--jobs 5000]
+Summary: Time and peak memory of every per-job operation at N nodes, and the model fitted to them (report.sh prints it)
+
+For each N: simulate.py's job log of N ranks x STEPS steps in a workspace of its own, then each operation as a
+child process (wall time, and peak RSS from wait4): the end-of-run verdict (`jobkit tgs --line`, as
+_job.sbatch runs it), `tgs`, `why`, `jobs`, `analyze` (the log part: no TSDB), `compare` (the job with itself),
+`dashboard`, a monitor poll (the first, which reads the whole running log, and a later one that reads one step),
+a hang-watchdog look (CPU per look over one look's new lines: two steps of every rank), and the stacks
+collection (the first watchdog counting N stacks files). Then the largest point, N=512 x BIG_STEPS, for the
+log operations, and the workspace operations over JOBS finished 8-node jobs. The jobkit measured is
+$SCALE_PY (a py/ dir; default this checkout's). Each result is one JSON line on stdout.
+Not part of CI. Everything is written under WORKDIR.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+import simulate  # noqa: E402
+
+PY = os.environ.get("SCALE_PY") or str(HERE.parent.parent / "py")
+LOOK_S = 2.0  # the watchdog's --interval
+STEP_S = 1.0  # the simulated step time
+
+
+def child(cmd: list[str], env: dict | None = None) -> tuple[float, float, float, str]:
+    """(wall s, peak RSS MB, CPU s, stdout) of CMD run as a child."""
+    full = dict(os.environ, PYTHONPATH=PY, **(env or {}))
+    began = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=full, text=True)
+    out = proc.stdout.read()
+    _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    wall = time.perf_counter() - began
+    if proc.returncode not in (0, 1):
+        print(f"measure.py: {' '.join(cmd)} exited {proc.returncode}: {out[-500:]}", file=sys.stderr)
+    return wall, usage.ru_maxrss / 1024, usage.ru_utime + usage.ru_stime, out
+
+
+def jobkit(*args: str) -> list[str]:
+    return [sys.executable, "-m", "jobkit", *args]
+
+
+def emit(op: str, nodes: int, steps: int, wall: float, rss: float, cpu: float, **extra) -> None:
+    row = {"op": op, "nodes": nodes, "steps": steps, "wall": round(wall, 3), "rss": round(rss, 1)}
+    row.update({"cpu": round(cpu, 3), **extra})
+    print(json.dumps(row), flush=True)
+
+
+def log_ops(root: Path, nodes: int, steps: int, quick: bool = False) -> None:
+    ws = root / f"ws-{nodes}n-{steps}s"
+    ws.mkdir(parents=True)
+    log = ws / f"900001-scale-{nodes}n.log"
+    size = simulate.write_log(log, nodes, steps, "SUCCESS")
+    out = root / "out"
+    ops = {
+        "verdict": jobkit("tgs", "--line", str(log), "--status", "SUCCESS", "--exit-code", "0"),
+        "tgs": jobkit("tgs", str(log)),
+        "why": jobkit("why", str(log), "--status", "FAILED", "--exit-code", "1"),
+        "jobs": jobkit("jobs", "--workspace", str(ws)),
+        "analyze": jobkit("analyze", str(log), "--workspace", str(ws), "--output", str(out / "analysis")),
+        "compare": jobkit("compare", str(log), str(log), "--workspace", str(ws), "--html", str(out / "c.html")),
+        "dashboard": jobkit("dashboard", "--workspace", str(ws), "-o", str(out / "d.html")),
+    }
+    for op, cmd in ops.items():
+        if quick and op in ("analyze", "compare", "dashboard"):
+            continue
+        wall, rss, cpu, _ = child(cmd)
+        emit(op, nodes, steps, wall, rss, cpu, log_bytes=size)
+    # The monitor over the same job, still running (no JOB SUMMARY): its first poll reads the whole log.
+    running = ws / f"900002-scale-{nodes}n.log"
+    simulate.write_log(running, nodes, steps, "none", job_id="900002")
+    wall, rss, cpu, text = child([sys.executable, str(HERE / "measure.py"), "--monitor", str(ws), str(nodes)])
+    first, later = (float(x) for x in text.split()[-2:])
+    emit("monitor poll (first)", nodes, steps, first, rss, first)
+    emit("monitor poll (later)", nodes, steps, later, rss, later)
+    for path in (log, running):
+        path.unlink()
+
+
+def monitor_poll(ws: Path, nodes: int) -> None:
+    """(In a child) one first poll, then append one step of every rank and time a later poll: CPU seconds."""
+    from jobkit.ops.monitor import Monitor
+
+    stub = ws / "bin" / "squeue"
+    stub.parent.mkdir(exist_ok=True)
+    stub.write_text("#!/bin/sh\necho '900002|RUNNING'\n")
+    stub.chmod(0o755)
+    os.environ["PATH"] = f"{stub.parent}:{os.environ['PATH']}"
+    mon = Monitor(ws, ws / "state.json", ["900002"], None, stall=1e9, tgs_drop=20)
+    t0 = time.process_time()
+    mon.poll()
+    first = time.process_time() - t0
+    with open(ws / f"900002-scale-{nodes}n.log", "a") as fh:
+        fh.write("".join(_step_line(r, 10**6) for r in range(nodes)))
+    t0 = time.process_time()
+    mon.poll()
+    print(first, time.process_time() - t0)
+
+
+def _step_line(rank: int, step: int) -> str:
+    return (
+        f"{rank}: I1124 16:18:29.991666 140500714300511 metric_logger.py:265] completed step: {step}, seconds: 1.005, "
+        "TFLOP/s/device: 398.010, MFU: 39.80%, Tokens/s/device: 32604.975, total_weights: 262144, loss: 2.221, "
+        "lm_loss: 2.221, perplexity: 9.221\n"
+    )
+
+
+def watchdog_look(root: Path, nodes: int) -> None:
+    """(In a child) the CPU of one watchdog look: the new lines of LOOK_S / STEP_S steps of every rank, followed
+    by rank nodes-1's watchdog (the last prefix: every other line is read and dropped). Mean over 200 looks."""
+    from jobkit.ops import hang_watchdog as hw
+
+    log = root / f"dog-{nodes}.log"
+    log.write_text("")
+    follower = hw.LogFollower(log)
+    progress = hw.Progress(str(nodes - 1), changed_at=0.0)
+    per_look = int(LOOK_S / STEP_S)
+    looks, spent, step = 200, 0.0, 0
+    with open(log, "a") as fh:
+        for _ in range(looks):
+            fh.write("".join(_step_line(r, step + k) for k in range(per_look) for r in range(nodes)))
+            fh.flush()
+            step += per_look
+            t0 = time.process_time()
+            if hasattr(follower, "feed"):
+                follower.feed(progress, time.monotonic())
+            else:
+                for line in follower.new_lines():
+                    progress.feed(line, time.monotonic())
+            spent += time.process_time() - t0
+    assert progress.last_step == step - 1, progress.last_step
+    print(spent / looks)
+    log.unlink()
+
+
+def stacks(root: Path, nodes: int) -> None:
+    """(In a child) the first watchdog's wait for every node's stacks: one count of hang/*.txt, and the bytes."""
+    job_dir = root / f"stacks-{nodes}"
+    simulate.write_stacks(job_dir, nodes)
+    t0 = time.perf_counter()
+    for _ in range(20):
+        found = len(list((job_dir / "hang").glob("*.txt")))
+    took = (time.perf_counter() - t0) / 20
+    size = sum(p.stat().st_size for p in (job_dir / "hang").iterdir())
+    print(took, size, found)
+    subprocess.run(["rm", "-rf", str(job_dir)], check=True)
+
+
+def in_child(flag: str, *args) -> tuple[float, float, str]:
+    wall, rss, _, text = child([sys.executable, str(HERE / "measure.py"), flag, *map(str, args)])
+    return wall, rss, text
+
+
+def main() -> int:
+    if sys.argv[1:2] == ["--monitor"]:
+        monitor_poll(Path(sys.argv[2]), int(sys.argv[3]))
+        return 0
+    if sys.argv[1:2] == ["--watchdog"]:
+        watchdog_look(Path(sys.argv[2]), int(sys.argv[3]))
+        return 0
+    if sys.argv[1:2] == ["--stacks"]:
+        stacks(Path(sys.argv[2]), int(sys.argv[3]))
+        return 0
+    ap = argparse.ArgumentParser(prog="measure.py")
+    ap.add_argument("workdir", type=Path)
+    ap.add_argument("--nodes", default="8,64,256,512")
+    ap.add_argument("--steps", type=int, default=1000)
+    ap.add_argument("--big-steps", type=int, default=4000)
+    ap.add_argument("--jobs", type=int, default=5000)
+    args = ap.parse_args()
+    root = args.workdir
+    root.mkdir(parents=True, exist_ok=True)
+    nodes_list = [int(n) for n in args.nodes.split(",")]
+    for nodes in nodes_list:
+        log_ops(root, nodes, args.steps)
+        _, rss, text = in_child("--watchdog", root, nodes)
+        cpu = float(text.split()[-1])
+        emit("watchdog look", nodes, args.steps, cpu, rss, cpu, cpu_ms=round(1000 * cpu, 3), core_pct=round(100 * cpu / LOOK_S, 4))
+        _, rss, text = in_child("--stacks", root, nodes)
+        took, size, _ = text.split()[-3:]
+        emit("stacks collection", nodes, 0, float(took), rss, float(took), stack_bytes=int(size))
+    if args.big_steps:
+        log_ops(root, max(nodes_list), args.big_steps, quick=True)
+    if args.jobs:
+        ws = root / "ws-many"
+        simulate.write_workspace(ws, args.jobs, 8, 30)
+        for op, cmd in {
+            "jobs (workspace)": jobkit("jobs", "--workspace", str(ws)),
+            "dashboard (workspace)": jobkit("dashboard", "--workspace", str(ws), "-o", str(root / "dw.html")),
+        }.items():
+            wall, rss, cpu, _ = child(cmd)
+            emit(op, 8, 30, wall, rss, cpu, jobs=args.jobs)
+        subprocess.run(["rm", "-rf", str(ws)], check=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
