@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from jobkit.core.metrics_state import off_reason
 from jobkit.core.nodelist import expand_nodelist
 
-BIG_LOG = 64 << 20  # bytes: from this size on, `load(..., first_steps=N)` reads the log's ends only
+BIG_LOG = 16 << 20  # bytes: from this size on, `load(..., first_steps=N)` reads the log's ends only
 END_BYTES = 4 << 20  # the end read by parse_ends (as failures.TAIL_BYTES): the JOB SUMMARY and the failure
 RANK_LAG_STEPS = 64  # steps read past the ones needed: a slow rank's lines for a step come after others' later ones
 HEADER_SCAN_LINES = 50  # header sits at the top; stop looking after this

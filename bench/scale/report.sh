@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Usage: bench/scale/report.sh [--nodes 8,64,256,512] [--steps 1000] [--big-steps 4000] [--jobs 5000] [--before FILE]
+# Summary: Prints the Scale table: time and peak memory of every per-job operation at 8 to 512 simulated nodes
+#
+# Simulates (bench/scale/simulate.py) the job log of N ranks x STEPS steps for each N, the largest point
+# 512 x BIG_STEPS, hang stacks of N hosts and a workspace of JOBS jobs, times each operation on them
+# (bench/scale/measure.py: the end-of-run verdict, tgs, why, jobs, analyze, compare, dashboard, a monitor poll,
+# a hang-watchdog look, the stacks collection) and prints one table (bench/scale/table.py) with the growth
+# order and the model's prediction at 512 nodes x 24 h. --before FILE: a results file of an earlier run (kept
+# with SCALE_KEEP=FILE) shown as `before -> after`. SCALE_PY=<a py/ dir> measures another checkout's jobkit.
+# Writes under a fresh /tmp/scale-* (about 1 GB at the defaults) and deletes it. Takes ~15 min on 2 busy cores.
+# Not part of CI.
+set -euo pipefail
+[[ -n ${_DEBUG:-} ]] && set -x
+
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+case ${1:-} in -h|--help) sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "${BASH_SOURCE[0]}"; exit 0 ;; esac
+args=() before=
+while (($#)); do
+  case $1 in
+    --before) [[ -r ${2:-} ]] || { echo "report.sh: --before needs a readable results file, got '${2:-}'" >&2; exit 2; }
+      before=$2; shift 2 ;;
+    --nodes|--steps|--big-steps|--jobs) [[ -n ${2:-} ]] || { echo "report.sh: $1 needs a value" >&2; exit 2; }
+      args+=("$1" "$2"); shift 2 ;;
+    *) echo "report.sh: unknown argument '$1'; see --help" >&2; exit 2 ;;
+  esac
+done
+# shellcheck source=utils/lib/process.sh
+source "$HERE/../../utils/lib/process.sh"
+PY=$(proc_python "$HERE/../..")
+WORK=$(mktemp -d /tmp/scale-XXXXXX)
+trap 'rm -rf "$WORK"' EXIT
+PYTHONPATH=${SCALE_PY:-$HERE/../../py} "$PY" "$HERE/measure.py" "$WORK/run" "${args[@]}" >"$WORK/results.jsonl"
+[[ -n ${SCALE_KEEP:-} ]] && cp "$WORK/results.jsonl" "$SCALE_KEEP"
+"$PY" "$HERE/table.py" "$WORK/results.jsonl" ${before:+"$before"}
