@@ -185,7 +185,16 @@ def main() -> int:
         log_ops(root, nodes, args.steps)
         _, rss, text = in_child("--watchdog", root, nodes)
         cpu = float(text.split()[-1])
-        emit("watchdog look", nodes, args.steps, cpu, rss, cpu, cpu_ms=round(1000 * cpu, 3), core_pct=round(100 * cpu / LOOK_S, 4))
+        emit(
+            "watchdog look",
+            nodes,
+            args.steps,
+            cpu,
+            rss,
+            cpu,
+            cpu_ms=round(1000 * cpu, 3),
+            core_pct=round(100 * cpu / LOOK_S, 4),
+        )
         _, rss, text = in_child("--stacks", root, nodes)
         took, size, _ = text.split()[-3:]
         emit("stacks collection", nodes, 0, float(took), rss, float(took), stack_bytes=int(size))

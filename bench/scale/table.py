@@ -5,7 +5,8 @@ growth order, and the model's prediction at 512 nodes x 24 h (1 s steps: 86,400 
 
 For an operation over the job log the model is a straight line in the log's rank-lines (nodes x steps),
 time = a + b*lines and RSS = c + d*lines, fitted by least squares to every measured point (the 4 node counts at
-STEPS steps and the largest, 512 x BIG_STEPS); the prediction is marked `pred`. With BEFORE, each cell is
+STEPS steps and the largest, 512 x BIG_STEPS); an operation that no longer grows (O(1) between the largest
+node counts: it reads a big log at its ends) is predicted at its largest measured point. With BEFORE, each cell is
 `before -> after`. The limits (issue 24): 1 min and 2 GB on a login node, 1 % of a core per node for the watchdog.
 """
 
@@ -73,6 +74,9 @@ def summarize(results: list[dict]) -> dict[str, dict]:
                 per_line = max(r.get("log_bytes", 0) / max(r["nodes"] * r["steps"], 1) for _, r in pts) or 240
                 target = min(target, MONITOR_READ_LIMIT / per_line)
             entry["pred"] = (a + b * target, c + d * target)
+            if entry["order"] == "O(1)":  # read at its ends past logparse.BIG_LOG: the largest point holds
+                top = max(rows, key=lambda r: r["nodes"] * r["steps"])
+                entry["pred"] = (top["wall"], top["rss"])
         out[op] = entry
     return out
 
@@ -81,17 +85,17 @@ def main() -> int:
     after = summarize(load(sys.argv[1]))
     before = summarize(load(sys.argv[2])) if len(sys.argv) > 2 else None
     nodes = sorted({n for e in after.values() for n in e["cells"]})
-    head = f"{'operation':<24}" + "".join(f"{str(n) + ' nodes':>24}" for n in nodes)
-    print(head + f"{'512 x big steps':>24}{'order':>8}{'512 x 24 h (pred)':>26}")
+    head = f"{'operation':<24}" + "".join(f"{str(n) + ' nodes':>30}" for n in nodes)
+    print(head + f"{'512 x big steps':>30}{'order':>8}{'512 x 24 h (pred)':>34}")
     for op, e in after.items():
         unit = "ms" if op in ("watchdog look", "stacks collection") else "s"
         b = before.get(op) if before else None
 
-        def both(now, then):
+        def both(now, then, unit=unit):
             text = cell(now, unit)
             return f"{cell(then, unit)} -> {text}" if before is not None else text
 
-        cols = "".join(f"{both(e['cells'].get(n), b['cells'].get(n) if b else None):>24}" for n in nodes)
+        cols = "".join(f"{both(e['cells'].get(n), b['cells'].get(n) if b else None):>30}" for n in nodes)
         big = both(e["big"], b["big"] if b else None) if e["big"] else "-"
         pred = "-"
         if e["pred"]:
@@ -103,7 +107,7 @@ def main() -> int:
         if op == "stacks collection":
             top = e["cells"][max(e["cells"])]
             pred = f"{top['stack_bytes'] / 1e6:.0f} MB of stacks"
-        print(f"{op:<24}{cols}{big:>24}{e['order']:>8}{pred:>26}")
+        print(f"{op:<24}{cols}{big:>30}{e['order']:>8}{pred:>34}")
     print(
         "cells: wall time and peak RSS of the command (watchdog look: CPU per look, 2 steps of every rank);"
         f" pred: a + b*(nodes x steps) fitted to the measured points, at {TARGET_NODES} x {TARGET_STEPS} steps"
