@@ -8,8 +8,8 @@ _job.sbatch runs it), `tgs`, `why`, `jobs`, `analyze` (the log part: no TSDB), `
 `dashboard`, a monitor poll (the first, which reads the whole running log, and a later one that reads one step),
 a hang-watchdog look (CPU per look over one look's new lines: two steps of every rank), and the stacks
 collection (the first watchdog counting N stacks files). Then the largest point, N=512 x BIG_STEPS, for the
-log operations, and the workspace operations over JOBS finished 8-node jobs. The jobkit measured is
-$SCALE_PY (a py/ dir; default this checkout's). Each result is one JSON line on stdout.
+log operations, and the workspace operations over JOBS finished 8-node jobs. The jobkit measured is the one
+of $SCALE_PYTHON (another checkout's venv python, to compare; default this venv's, this checkout's jobkit). Each result is one JSON line on stdout.
 Not part of CI. Everything is written under WORKDIR.
 """
 
@@ -27,14 +27,14 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 import simulate  # noqa: E402
 
-PY = os.environ.get("SCALE_PY") or str(HERE.parent.parent / "py")
+PYTHON = os.environ.get("SCALE_PYTHON") or sys.executable  # its venv's editable jobkit is the one measured
 LOOK_S = 2.0  # the watchdog's --interval
 STEP_S = 1.0  # the simulated step time
 
 
 def child(cmd: list[str], env: dict | None = None) -> tuple[float, float, float, str]:
     """(wall s, peak RSS MB, CPU s, stdout) of CMD run as a child."""
-    full = dict(os.environ, PYTHONPATH=PY, **(env or {}))
+    full = dict(os.environ, **(env or {}))
     began = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=full, text=True)
     out = proc.stdout.read()
@@ -47,7 +47,7 @@ def child(cmd: list[str], env: dict | None = None) -> tuple[float, float, float,
 
 
 def jobkit(*args: str) -> list[str]:
-    return [sys.executable, "-m", "jobkit", *args]
+    return [PYTHON, "-m", "jobkit", *args]
 
 
 def emit(op: str, nodes: int, steps: int, wall: float, rss: float, cpu: float, **extra) -> None:
@@ -79,7 +79,7 @@ def log_ops(root: Path, nodes: int, steps: int, quick: bool = False) -> None:
     # The monitor over the same job, still running (no JOB SUMMARY): its first poll reads the whole log.
     running = ws / f"900002-scale-{nodes}n.log"
     simulate.write_log(running, nodes, steps, "none", job_id="900002")
-    wall, rss, cpu, text = child([sys.executable, str(HERE / "measure.py"), "--monitor", str(ws), str(nodes)])
+    wall, rss, cpu, text = child([PYTHON, str(HERE / "measure.py"), "--monitor", str(ws), str(nodes)])
     first, later = (float(x) for x in text.split()[-2:])
     emit("monitor poll (first)", nodes, steps, first, rss, first)
     emit("monitor poll (later)", nodes, steps, later, rss, later)
@@ -157,7 +157,7 @@ def stacks(root: Path, nodes: int) -> None:
 
 
 def in_child(flag: str, *args) -> tuple[float, float, str]:
-    wall, rss, _, text = child([sys.executable, str(HERE / "measure.py"), flag, *map(str, args)])
+    wall, rss, _, text = child([PYTHON, str(HERE / "measure.py"), flag, *map(str, args)])
     return wall, rss, text
 
 

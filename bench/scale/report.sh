@@ -7,7 +7,8 @@
 # (bench/scale/measure.py: the end-of-run verdict, tgs, why, jobs, analyze, compare, dashboard, a monitor poll,
 # a hang-watchdog look, the stacks collection) and prints one table (bench/scale/table.py) with the growth
 # order and the model's prediction at 512 nodes x 24 h. --before FILE: a results file of an earlier run (kept
-# with SCALE_KEEP=FILE) shown as `before -> after`. SCALE_PY=<a py/ dir> measures another checkout's jobkit.
+# with SCALE_KEEP=FILE) shown as `before -> after`. SCALE_PYTHON=<another checkout's .venv/bin/python>
+# measures that checkout's jobkit.
 # Writes under a fresh /tmp/scale-* (about 1 GB at the defaults) and deletes it. Takes ~15 min on 2 busy cores.
 # Not part of CI.
 set -euo pipefail
@@ -30,6 +31,6 @@ source "$HERE/../../utils/lib/process.sh"
 PY=$(proc_python "$HERE/../..")
 WORK=$(mktemp -d /tmp/scale-XXXXXX)
 trap 'rm -rf "$WORK"' EXIT
-PYTHONPATH=${SCALE_PY:-$HERE/../../py} "$PY" "$HERE/measure.py" "$WORK/run" "${args[@]}" >"$WORK/results.jsonl"
+"$PY" "$HERE/measure.py" "$WORK/run" "${args[@]}" >"$WORK/results.jsonl"
 [[ -n ${SCALE_KEEP:-} ]] && cp "$WORK/results.jsonl" "$SCALE_KEEP"
 "$PY" "$HERE/table.py" "$WORK/results.jsonl" ${before:+"$before"}
