@@ -24,7 +24,7 @@ from prom_query import View, api, free_port, pid_alive, wait_for
 from tensorboardX import SummaryWriter
 from tensorboardX.proto import summary_pb2, tensor_pb2, tensor_shape_pb2, types_pb2
 
-from jobkit.observe import exporter, tb_backfill, tb_events, tb_serve
+from jobkit.observe import exporter, tb_backfill, tb_columns, tb_events, tb_serve
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURE_DIR = REPO / "tests" / "fixtures" / "tensorboard"
@@ -681,6 +681,59 @@ def test_learned_record_layout_reads_what_protobuf_reads(tmp_path):
         expected.setdefault(name, {})[ms] = value
     assert points.keys() == expected.keys() and points["tb_step"] == expected["tb_step"]
     assert points["tb_learning_loss"] == expected["tb_learning_loss"]
+
+
+def _series_record_by_record(files):
+    """What collect_series gave before the column reader: Fold.collect over every file, then sorted."""
+    points, fold = {}, tb_events.Fold()
+    for path in files:
+        fold.step = None
+        fold.collect(tb_events.ScalarReader(path).read_tuples(), points)
+    tags = {name: tag for tag, name in fold.names.items() if name}
+    return {name: (tags.get(name), sorted(by_ms.items())) for name, by_ms in points.items() if by_ms}
+
+
+def test_column_reader_gives_what_the_record_reader_gives(tmp_path):
+    """The backfill's numpy reader and fold (tb_columns) against the record-by-record ones: varint steps of 0 to 5
+    bytes, a NaN, text summaries between scalars, two tags with one metric name, a step repeated at one ms, a
+    second file that restarts the steps and rewrites an earlier ms (the later file wins)."""
+    files = []
+    for run, base in ((0, 1700000000.0), (1, 1700000000.0)):
+        writer = SummaryWriter(str(tmp_path / f"run{run}"))
+        for i, step in enumerate([0, 1, 127, 128, 16383, 16384, 2**31 + 5]):
+            writer.add_scalar("learning/loss", 1.0 / (i + 1) + run, step, walltime=base + i)
+            writer.add_scalar("learning-loss", 7.0, step, walltime=base + i)  # tb_learning_loss is taken
+            writer.add_scalar("x/y", float("nan") if i == 3 else -i * 1e9, step, walltime=base + i + 0.0004)
+            writer.add_text("config", "x", step)
+        writer.add_scalar("x/y", 5.0, 9, walltime=base + 0.0004)  # the same ms as step 0's x/y: the later wins
+        writer.close()
+        files.append(str(event_file(tmp_path / f"run{run}")))
+    assert tb_columns.read_columns(files[0]) is not None, "a clean file is read as columns"
+    got, _fold = tb_backfill.collect_series(files)
+    expected = _series_record_by_record(files)
+    assert got.keys() == expected.keys() == {"tb_learning_loss", "tb_x_y", "tb_step"}
+    for name, (tag, points) in expected.items():
+        assert got[name][0] == tag
+        assert [ms for ms, _ in got[name][1]] == [ms for ms, _ in points]
+        assert all(
+            a == b or (math.isnan(a) and math.isnan(b)) for (_, a), (_, b) in zip(got[name][1], points, strict=True)
+        )
+
+
+def test_column_reader_leaves_a_tensor_scalar_file_to_the_record_reader(tmp_path):
+    """A scalars-plugin tensor (not a plain simple_value) makes the column reader decline the file."""
+    writer = SummaryWriter(str(tmp_path))
+    meta = summary_pb2.SummaryMetadata(plugin_data=summary_pb2.SummaryMetadata.PluginData(plugin_name="scalars"))
+    value = summary_pb2.Summary.Value(
+        tag="t", tensor=tensor_pb2.TensorProto(dtype=types_pb2.DT_FLOAT, float_val=[2.5]), metadata=meta
+    )
+    writer._get_file_writer().add_summary(summary_pb2.Summary(value=[value]), 3, walltime=1700000000.0)
+    writer.add_scalar("learning/loss", 1.0, 3, walltime=1700000000.0)
+    writer.close()
+    path = str(event_file(tmp_path))
+    assert tb_columns.read_columns(path) is None
+    got, _fold = tb_backfill.collect_series([path])
+    assert got == _series_record_by_record([path]) and got["tb_t"][1] == [(1700000000000, 2.5)]
 
 
 @pytest.mark.parametrize("interval", ["nan", "inf", "0", "-1", "abc"])

@@ -3,6 +3,7 @@ backfill run wherever the job's files are (a login node after the job).
 
   exporter      the node metrics exporter engine (`jobkit exporter`, run by utils/metrics_exporter.sh)
   tb_events     reading TensorBoard event files: records, scalars, metric names
+  tb_columns    the backfill's fast reader: a whole event file's scalars as numpy columns
   tb_serve      the live bridge daemon: newest scalars as an exposition file (`jobkit tb-bridge serve`)
   tb_backfill   every step into the TSDB after the job (`jobkit tb-bridge backfill`)
   tb_bridge     the `jobkit tb-bridge` group (click only)

@@ -63,17 +63,71 @@ def scrape_labels(host, target_labels):
 
 
 def collect_series(files, log=None):
-    """{metric name: (tag, [(ms, value), ...] ascending, one per ms)} over the files, and the Fold used."""
-    points, fold = {}, Fold(log)
+    """{metric name: (tag, [(ms, value), ...] ascending, one per ms)} over the files, and the Fold used.
+
+    Each file is read as columns (jobkit.observe.tb_columns) and folded with numpy, by the same rules as
+    Fold.collect (names first come first served, a tb_step sample where the step changes, the later of two
+    samples at one ms wins); a file the column reader declines is read and folded record by record."""
+    import numpy as np
+
+    from jobkit.observe import tb_columns
+
+    chunks, fold = {}, Fold(log)  # metric name -> [(ms array, value array)] in file order
     for path in files:
         fold.step = None  # a new file starts a new run
+        columns = tb_columns.read_columns(path)
+        if columns is not None:
+            _fold_columns(fold, columns, chunks)
+            continue
+        points = {}
         try:
             fold.collect(ScalarReader(path).read_tuples(), points)
         except CorruptRecord as e:
             if log:
                 log(f"{e}: using the steps before it")
+        for name, by_ms in points.items():
+            chunks.setdefault(name, []).append(
+                (np.fromiter(by_ms.keys(), np.int64, len(by_ms)), np.fromiter(by_ms.values(), np.float64, len(by_ms)))
+            )
     tags = {name: tag for tag, name in fold.names.items() if name}
-    return {name: (tags.get(name), sorted(by_ms.items())) for name, by_ms in points.items() if by_ms}, fold
+    series = {}
+    for name, parts in chunks.items():
+        ms, values = np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
+        if not len(ms):
+            continue
+        order = np.argsort(ms, kind="stable")  # equal ms keep file order: the last one wins
+        ms, values = ms[order], values[order]
+        last = np.append(ms[1:] != ms[:-1], True)
+        series[name] = (tags.get(name), list(zip(ms[last].tolist(), values[last].tolist(), strict=True)))
+    return series, fold
+
+
+def _fold_columns(fold, columns, chunks):
+    """Fold.collect over one file's columns (tb_columns.read_columns), into CHUNKS."""
+    import numpy as np
+
+    tags, tag_index, step, wall, value = columns
+    if not len(tag_index):
+        return
+    # names are claimed in the order the tags first appear, as the record-by-record fold does
+    firsts = np.unique(tag_index, return_index=True)[1]
+    names = {int(tag_index[i]): fold.name(tags[int(tag_index[i])]) for i in sorted(firsts.tolist())}
+    named = np.array([names.get(i) is not None for i in range(len(tags))], dtype=bool)
+    keep = named[tag_index]
+    tag_index, step, wall, value = tag_index[keep], step[keep], wall[keep], value[keep]
+    if not len(tag_index):
+        return
+    ms = np.rint(wall * 1000).astype(np.int64)  # int(round(x)): both round half to even
+    change = np.empty(len(step), dtype=bool)
+    change[0] = True
+    np.not_equal(step[1:], step[:-1], out=change[1:])
+    chunks.setdefault(STEP_METRIC, []).append((ms[change], step[change].astype(np.float64)))
+    fold.step = int(step[-1])
+    order = np.argsort(tag_index, kind="stable")
+    bounds = np.flatnonzero(np.diff(tag_index[order])) + 1
+    for group in np.split(order, bounds):
+        name = names[int(tag_index[group[0]])]
+        chunks.setdefault(name, []).append((ms[group], value[group]))
 
 
 def _help(name, tag):
