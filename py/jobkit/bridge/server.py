@@ -34,6 +34,7 @@ from jobkit.bridge.shellwords import Refused
 from jobkit.core.files import open_append, write_atomic
 
 ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
+TEMP = re.compile(r"\.[A-Za-z0-9_-]{1,64}\.tmp")  # utils/host_cmd.py writes here, then renames to <id>.json
 REQUEST_KEYS = {"version", "id", "command", "cwd", "timeout", "roots", "ping"}
 POLL_S = 0.02
 MAX_PARALLEL = 8
@@ -141,7 +142,7 @@ class Server:
         """Takes every pending request (at most MAX_PARALLEL running); WAIT: until they are done (tests)."""
         count = 0
         for name in sorted(os.listdir(self.requests)):
-            if name.startswith(".") or name in self.ignored:
+            if TEMP.fullmatch(name) or name in self.ignored:
                 continue  # a client's temp file, renamed into place when whole
             if len(self.active) >= MAX_PARALLEL:
                 break
@@ -357,7 +358,7 @@ class Server:
         keep = self.policy.limits["keep_results_hours"] * 3600
         for d, age in ((self.results, keep), (self.requests, 3600)):
             for entry in os.scandir(d):
-                if d == self.requests and not entry.name.startswith("."):
+                if d == self.requests and not TEMP.fullmatch(entry.name):
                     continue
                 try:
                     if now - entry.stat(follow_symlinks=False).st_mtime > age:

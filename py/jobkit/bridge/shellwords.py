@@ -83,14 +83,8 @@ def tokenize(line: str) -> list[Word | str]:
         c = line[i]
         if c in " \t":
             end_word()
-        elif c == "'":
-            close = line.find("'", i + 1)
-            if close < 0:
-                raise _refuse("syntax", "unclosed single quote")
-            buf.append(line[i + 1 : close])
-            in_word, i = True, close
-        elif c == '"':
-            i = _double_quoted(line, i + 1, buf)
+        elif c in "'\"":
+            i = _quoted(line, i, buf)
             in_word = True
         elif c == "\\":
             if i + 1 >= n:
@@ -137,6 +131,17 @@ def _forbidden(c: str, i: int) -> Refused:
         "!": ("syntax", "no pipeline negation or history (quote it if literal)"),
     }[c]
     return _refuse(why[0], f"{c!r} at offset {i}: {why[1]}")
+
+
+def _quoted(line: str, i: int, buf: list[str]) -> int:
+    """Reads the quoted part starting at I into BUF; returns the index of its closing quote."""
+    if line[i] == '"':
+        return _double_quoted(line, i + 1, buf)
+    close = line.find("'", i + 1)
+    if close < 0:
+        raise _refuse("syntax", "unclosed single quote")
+    buf.append(line[i + 1 : close])
+    return close
 
 
 def _double_quoted(line: str, i: int, buf: list[str]) -> int:
