@@ -259,6 +259,8 @@ HOSTILE = [
     ("cat < /etc/passwd", "path"),
     ("jobkit tail /etc/passwd", "path"),
     ("jobkit why --workspace=/etc x", "path"),
+    ("jobkit analyze --output=/tmp/not-yet-there latest", "path"),
+    ("jobkit compare --output ../../elsewhere a b", "path"),
     ("grep x -- /etc/passwd", "path"),
     ("cat WS/escape/passwd", "path"),
     ("cat WS/.ssh/id_rsa", "path"),
@@ -327,7 +329,7 @@ def test_the_hostile_table_is_at_least_100_lines_and_covers_every_rule():
 @pytest.mark.parametrize(
     ("cwd", "rule"),
     [("/etc", "cwd"), (str(REPO / ".." / ".."), "cwd"), ("WS/escape", "cwd"), ("/nonexistent", "cwd"),
-     ("WS/../..", "cwd"), ("/", "cwd")],
+     ("WS/../..", "cwd"), ("/", "cwd"), ("WS/.bridge/n1", "cwd"), ("WS/123-tiny/.ray/auth", "cwd")],
 )  # fmt: skip
 def test_a_cwd_outside_the_roots_is_refused(hostile, cwd, rule):
     _prepare_ws(hostile)
@@ -427,6 +429,7 @@ def test_squeue_runs_with_its_output_and_exit_code(bridge):
     assert result["stdout"] == "123 tiny RUNNING\n124 big PENDING\n"
     assert result["ended"] >= result["started"]
     assert [(a["verdict"], a["command"]) for a in bridge.audit()] == [("allowed", "squeue --me -o '%i %j %T'")]
+    assert bridge.request("squeue -o %i/%j")["status"] == "done"  # a slash is not always a path
 
 
 def test_pipes_and_sequences_behave_as_in_a_shell(bridge):

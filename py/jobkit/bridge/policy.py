@@ -308,13 +308,11 @@ def _any_arg(policy: Policy, entry: Entry, w: Word, ctx: Context) -> str:
     if w.glob:
         raise Refused("glob", f"{w.text!r}: an unquoted pattern in an argument of {entry.name}",
                       "quote it if it is meant literally; the bridge expands patterns only for file arguments")  # fmt: skip
-    if entry.check_paths:  # a path-looking argument (or --opt=path) must stay under the roots
+    if entry.check_paths:  # a path-looking argument (or --opt=path), existing or not, must stay under the roots
         value = w.text.split("=", 1)[1] if w.text.startswith("-") and "=" in w.text else w.text
         if "/" in value or value in (".", ".."):
-            host = ctx.translate(value)
-            if os.path.lexists(os.path.join(ctx.cwd, host)) or ".." in Path(value).parts:
-                checked = _path(policy, value, ctx)
-                return w.text[: len(w.text) - len(value)] + checked
+            _path(policy, value, ctx)
+            return w.text[: len(w.text) - len(value)] + ctx.translate(value)
     return w.text
 
 

@@ -285,7 +285,8 @@ class Server:
         started = time.time()
         try:
             cwd = Path(os.path.realpath(translate(cwd_given)))
-            if not any(cwd == r or r in cwd.parents for r in (self.repo, self.workspace)) or not cwd.is_dir():
+            denied = any(f"/{d.strip('/')}/" in f"{cwd}/" for d in self.policy.deny_paths)
+            if denied or not any(cwd == r or r in cwd.parents for r in (self.repo, self.workspace)) or not cwd.is_dir():
                 raise Refused("cwd", f"--cwd {cwd_given}: not a directory under the repository or the workspace",
                               "run from the repository or $JOB_WORKSPACE (or a directory under them)")  # fmt: skip
             ctx = Context(self.repo, self.workspace, cwd, self.nodes, self.which, translate)
