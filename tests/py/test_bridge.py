@@ -6,6 +6,7 @@ request lost on restart and never runs it again."""
 import importlib.util
 import json
 import os
+import re
 import shutil
 import signal
 import stat
@@ -628,3 +629,60 @@ def test_a_server_killed_mid_command_reports_it_lost_and_never_runs_it_again(ser
     assert len(started.read_text().split()) == 1  # ran once, before the kill
     audit = [json.loads(x) for x in (tmp_path / "ws" / ".bridge" / "n1" / "audit.log").read_text().splitlines()]
     assert [a["verdict"] for a in audit if a["id"] == rid] == ["allowed", "lost"]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The real thing: an agent in the project's image (no Slurm in it) drives the local Slurm cluster
+
+
+from slurm_cluster import job_env, local_cluster  # noqa: E402, F401  (local_cluster: the session fixture)
+from test_containers import cpu_image  # noqa: E402, F401  (the session fixture: the project's CPU image)
+
+AGENT = """
+set -u
+ask() { python3 utils/host_cmd.py "$@"; }
+command -v squeue >/dev/null && echo "squeue-in-container" || echo "no-squeue-here"
+ask --ping
+out=$(ask "./submit.sh tiny -N 1 -- steps=200"); echo "submit rc=$?"
+id=$(printf '%s\\n' "$out" | sed -n 's/.*Submitted job \\([0-9]*\\).*/\\1/p')
+echo "id=$id"
+ask "squeue -h -j $id -o %i"; echo "squeue rc=$?"
+for _ in $(seq 240); do ls /outputs/"$id"-*.log >/dev/null 2>&1 && break; sleep 0.5; done
+log=$(ls /outputs/"$id"-*.log | head -n 1)
+ask --timeout 120 "jobkit why $log" >/dev/null; echo "why rc=$?"
+ask "scancel $((id + 1000))"; echo "foreign scancel rc=$?"
+ask "scancel $id"; echo "scancel rc=$?"
+"""
+
+
+def test_an_agent_in_the_image_submits_watches_and_cancels_through_the_bridge(cpu_image, local_cluster, tmp_path):  # noqa: F811
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    local = tmp_path / "bridge_policy.local.yaml"  # what submit.sh needs to run natively from this checkout
+    local.write_text("pass_env: [HOME, USER, LOGNAME, LANG, SLURM_CONF, JOB_WORKSPACE, CONTAINER_RUNTIME, "
+                     "JAX_CACHE_DIR, VENV_DIR]\n")  # fmt: skip
+    env = {**job_env(local_cluster, ws, tmp_path / "jax"), "BRIDGE_NODE": "n1", "BRIDGE_POLICY_FILE": str(local),
+           "PYTHONPATH": str(REPO / "py")}  # fmt: skip
+    server = subprocess.Popen([sys.executable, "-m", "jobkit", "bridge", "serve"], env=env, stderr=subprocess.PIPE)
+    try:
+        agent = subprocess.run(
+            ["podman", "run", "--rm", "--runtime", "runc", "--ulimit", "nofile=1024:1024", "--ulimit",
+             "nproc=1024:1024", "--network", "none", "-v", f"{REPO}:/scripts:ro", "-v", f"{ws}:/outputs",
+             "-w", "/scripts", "-e", "JOB_WORKSPACE=/outputs", cpu_image, "bash", "-c", AGENT],
+            capture_output=True, text=True, timeout=420,
+        )  # fmt: skip
+    finally:
+        server.send_signal(signal.SIGTERM)
+        server.wait(60)
+    out = agent.stdout + agent.stderr
+    job = re.search(r"^id=(\d+)$", agent.stdout, re.M)
+    assert job, out
+    assert "no-squeue-here" in out and "ALIVE" in out, out
+    for step in ("submit rc=0", "squeue rc=0", "scancel rc=0"):
+        assert step in out, out
+    assert f"\n{job.group(1)}\n" in agent.stdout  # squeue, asked from the container, knows the job
+    assert "foreign scancel rc=126" in out and "rule own-job" in out, out
+    assert re.search(r"why rc=(?!126|69)\d+", out), out
+    assert local_cluster.wait_job(job.group(1), timeout=180)["JobState"] == "CANCELLED"
+    audit = [json.loads(x) for x in (ws / ".bridge" / "n1" / "audit.log").read_text().splitlines()]
+    assert [a["verdict"] for a in audit] == ["ping", "allowed", "allowed", "allowed", "refused", "allowed"]

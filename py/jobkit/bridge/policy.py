@@ -153,6 +153,8 @@ def _merge(policy: Policy, path: Path, data: dict) -> None:
         else:
             policy.programs[name] = _entry(where, name, raw)
     policy.limits.update(data.get("limits") or {})
+    if "pass_env" in data:
+        policy.pass_env = [str(v) for v in data["pass_env"] or []]
     if "deny_paths" in data:
         policy.deny_paths = list(data["deny_paths"] or [])
     policy.ssh_nodes += [str(n) for n in data.get("ssh_nodes") or []]
