@@ -82,6 +82,10 @@ COMMANDS: CommandTable = {
         "jobkit.observe.ray_start:command",
         "Run `ray start ARGS...` with Ray's CLI minus its serve/job/state groups (faster to import).",
     ),
+    "bridge": (
+        "jobkit.bridge.commands:group",
+        "Serve cluster commands to agents in containers, under a policy (serve, stop, status, log, policy).",
+    ),
     "analyze": (
         "jobkit.analysis.command:command",
         "Analyse JOB (a job id, part of its name, its log or dir, or `latest`): writes analysis.json and a self-contained report.html under <job dir>/analysis/ and prints a summary.",

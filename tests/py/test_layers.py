@@ -14,7 +14,7 @@ from jobkit.sweep.cli import DRIVERS
 
 PKG = Path(__file__).resolve().parents[2] / "py" / "jobkit"
 # Lowest first; a module may import its own subpackage and any subpackage before it (jobkit/__init__.py).
-LAYERS = ("core", "launch", "observe", "sweep", "ops", "analysis", "image", "cli")
+LAYERS = ("core", "launch", "observe", "sweep", "ops", "bridge", "analysis", "image", "cli")
 TOP_LEVEL_FILES = {"__init__.py", "__main__.py", "cli.py"}
 
 
