@@ -140,6 +140,9 @@ def test_signal_cancels_training_and_leaves_nothing_running(workspace, jax_cache
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
+        # As from a terminal: a suite started in the background (`cmd &` in a script) runs with SIGINT ignored,
+        # and bash cannot trap a signal ignored on entry, so run_local.sh would never see the Ctrl-C.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # noqa: PLW1509 - no threads started here
     )
     try:
         deadline = time.monotonic() + 180
