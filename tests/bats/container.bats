@@ -320,6 +320,8 @@ HOST_ONLY+=" OUTPUT_PATH TB_BRIDGE_PARENT_PID RAY_AUTH_TOKEN_PATH"   # set insid
 HOST_ONLY+=" CANCEL_GRACE_SECONDS TASK_KILL_GRACE STAGE_STOP_GRACE EARLY_DEATH_CHECK_SECONDS"   # orchestration's own
 HOST_ONLY+=" MAX_RETRIES TIME_LIMIT_SIGNAL_LEAD TIME_LIMIT_SAVE_GRACE"   # the batch script's: requeue, time limit
 HOST_ONLY+=" JOBKIT_NOTIFY_URLS"                      # the login node's: jobkit notify / monitor
+HOST_ONLY+=" FAILURE_SIGNATURES_FILE"                 # the batch host's and login node's: why, requeue, monitor
+HOST_ONLY+=" BRIDGE_DIR BRIDGE_NODE BRIDGE_POLICY_FILE"   # the host-command bridge: a server on the host, not training
 
 @test "docker run: every training-side setting in the README tables and the training tier's sources crosses" {
   make_sandbox docker

@@ -437,7 +437,8 @@ esac'
     setpriv --reuid=65534 --regid=65534 --clear-groups env JOB_ID=old-job \
       bash -c "exec -a \"python -m jobkit.launch theirs\" sleep 300" >/dev/null 2>&1 &
     theirs=$!
-    for i in $(seq 100); do grep -qa jobkit.launch /proc/$theirs/cmdline && break; sleep 0.02; done
+    # until the exec is done: bash -c'"'"'s own command line names jobkit.launch too, inside its -c string
+    for i in $(seq 500); do tr "\0" " " </proc/$theirs/cmdline | grep -q "^python -m jobkit.launch" && break; sleep 0.02; done
     JOB_ID=new-job "$REPO_DIR/utils/preflight.sh" >"$T/out" 2>&1
     echo "$theirs $(state_of $theirs)" >"$T/state"'
   read -r pid state <"$BATS_TEST_TMPDIR/state"
