@@ -95,10 +95,11 @@ def test_segfault_in_training_leaves_its_core_in_the_job_dir_and_why_names_it(tm
         assert re.search(rf"^== CORE DUMP {re.escape(str(core))} \(\d+(\.\d)?[KMG]iB\) ==$", output, re.M), output[
             -3000:
         ]
-        assert f"  core: {core} (" in lines[2]
-        assert lines[3].startswith("    native stacks: gdb -batch -ex 'thread apply all bt' ")
-        assert lines[3].endswith(f"/python3 {core}") or lines[3].endswith(f"/python {core}")
-        assert lines[4] == f"    python stacks: py-spy dump --core {core}"
+        # after the verdict's own lines (evidence, host, blamed because, retry, advice ...): the core and its tools
+        (at,) = [i for i, line in enumerate(lines) if line.startswith(f"  core: {core} (")]
+        assert lines[at + 1].startswith("    native stacks: gdb -batch -ex 'thread apply all bt' ")
+        assert lines[at + 1].endswith(f"/python3 {core}") or lines[at + 1].endswith(f"/python {core}")
+        assert lines[at + 2] == f"    python stacks: py-spy dump --core {core}"
         # The suggested py-spy command works on this very core and shows training's Python stack.
         py_spy = subprocess.run(
             [str(REPO / ".venv" / "bin" / "py-spy"), "dump", "--core", str(core)],
