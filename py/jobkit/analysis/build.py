@@ -241,6 +241,10 @@ def build(facts: JobFacts) -> Analysis:
             "detail": failure.detail or None,
             "evidence": failure.evidence or None,
             "host": failure.host or None,
+            "blamed_because": failure.blame_how or None,
+            "noticed": failure.noticed or None,
+            "waiting": list(failure.waiting),
+            "retry": failure.retry_decision,
         }
         if failure
         else None,

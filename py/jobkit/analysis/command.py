@@ -86,6 +86,10 @@ def summary_lines(doc: dict) -> list[str]:
             + (f" on {f['host']}" if f["host"] else "")
             + (f": {f['evidence']}" if f["evidence"] else "")
         )
+        if f.get("noticed"):
+            out.append(f"    noticed: {f['noticed']}")
+        if f.get("blamed_because"):
+            out.append(f"    {'blamed because' if f['host'] else 'blamed'}: {f['blamed_because']}")
     for a in doc["anomalies"][:8]:
         out.append(f"  anomaly {a['kind']}: {a['message']}")
     if len(doc["anomalies"]) > 8:

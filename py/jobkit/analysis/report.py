@@ -192,7 +192,10 @@ def _verdict(d: dict) -> list[str]:
             (
                 "failure",
                 failure["class"],
-                (failure["evidence"] or "") + (f" (host {failure['host']})" if failure["host"] else ""),
+                (failure["evidence"] or "")
+                + (f" (host {failure['host']})" if failure["host"] else "")
+                + (f"; noticed {failure['noticed']}" if failure.get("noticed") else "")
+                + (f"; blamed because {failure['blamed_because']}" if failure.get("blamed_because") else ""),
             )
         )
     parts.append(

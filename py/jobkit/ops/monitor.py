@@ -465,7 +465,10 @@ class Monitor:
                 detail = "".join(
                     [
                         f"; evidence: {found.evidence}" if found.evidence else "",
+                        f"; noticed: {found.noticed}" if found.noticed else "",
                         f"; host: {found.host}" if found.host else "",
+                        f" ({found.blame_how})" if found.host and found.reason == "hang" else "",
+                        f"; retry: {found.retry}" if found.host and found.reason == "hang" else "",
                     ]
                 )
                 events += self._emit(record, job_id, "failure", "failure", f"{who}{found.label}{detail}")

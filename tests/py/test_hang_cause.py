@@ -1,0 +1,261 @@
+"""A hang's root cause from the watchdog's stacks (core.hang_stacks): units on recorded stack files
+(tests/fixtures/hang/), `jobkit why` and requeue on them, and a real 2-node job whose rank 1 is frozen."""
+
+import json
+import os
+import re
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from jobkit.cli import main
+from jobkit.core import failures, hang_stacks, logparse
+from jobkit.ops import hang_watchdog, requeue
+
+REPO = Path(__file__).resolve().parents[2]
+JOBKIT = str(REPO / ".venv" / "bin" / "jobkit")
+FIXTURES = REPO / "tests" / "fixtures" / "hang"
+LOCAL = FIXTURES / "local-allgather"  # two real JAX processes, rank 1 SIGSTOPped (README there)
+MARKER = "phase training, last step 40, 31 s since, noticed on n0 (rank 0)"
+HEADER = "JOB_ID=500\nJOB_NAME=tiny\nNNODES={n}\nJOB_NODELIST={nodes}\nMODEL_NAME=tiny\n"
+STEP = "0: I1124 07:31:08.338372 1 metric_logger.py:265] completed step: {n}, seconds: 0.1, Tokens/s/device: 1000.0, loss: 5.9\n"
+
+
+def hang_job(tmp_path: Path, stacks: dict[str, str], nodes: list[str], marker: str = MARKER) -> Path:
+    """A finished HANG job in TMP_PATH: its log (rank 0 noticed) and <job dir>/hang/ with the HANG marker and
+    STACKS (host -> file text), as the watchdog leaves them (this user's files in a dir only it can write)."""
+    log = tmp_path / "500-tiny.log"
+    hang = log.with_suffix("") / "hang"
+    hang.mkdir(parents=True, mode=0o755)
+    (hang / "HANG").write_text(hang_watchdog.marker_body(marker, "500"))
+    for host, text in stacks.items():
+        (hang / f"{host}.txt").write_text(text)
+    header = HEADER.format(n=len(nodes), nodes=",".join(nodes))
+    body = "".join(STEP.format(n=n) for n in range(3))
+    body += "0: == HANG detected (phase training, last step 40, 31 s since) ==\n"
+    log.write_text(header + body + "==== JOB SUMMARY ====\n  Status: HANG (exit 143)\n=====================\n")
+    return log
+
+
+def recorded(name: str, host: str | None = None, state: str | None = None, rank: int | None = None) -> str:
+    """A recorded stacks file, optionally as another host / rank, or with its process in another STATE line."""
+    text = (LOCAL / name).read_text()
+    if host is not None:
+        text = re.sub(r"^HANG on \S+ \(rank \d+\)", f"HANG on {host} (rank {rank})", text)
+    if state is not None:
+        text = re.sub(r"^pid (\d+), state .*$", rf"pid \1, state {state}", text, count=1, flags=re.M)
+    return text
+
+
+def classify(log: Path) -> failures.Failure:
+    text = log.read_text()
+    parsed = logparse.parse_text(text)
+    nodes, _ = logparse.header_nodes(parsed.header)
+    return failures.classify(text, "HANG", 143, True, nodes, job_dir=log.with_suffix(""))
+
+
+# ------------------------------------------------------------------------------------------ reading stacks
+
+
+def test_a_recorded_stacks_file_gives_each_rank_its_state_and_innermost_frames():
+    waiting = hang_stacks.parse((LOCAL / "n0.txt").read_text(), "n0")
+    assert (waiting.host, waiting.rank, waiting.state, waiting.state_word) == ("n0", 0, "S", "sleeping")
+    assert waiting.how == "py-spy --nonblocking"  # --native failed there, as the file says
+    assert waiting.frames[0] == "_handle_array_process_allgather (jax/experimental/multihost_utils.py:134)"
+    assert len(waiting.frames) == hang_stacks.FRAMES
+    assert waiting.waits_in == waiting.frames[0]
+    stopped = hang_stacks.parse((LOCAL / "n1.txt").read_text(), "n1")
+    assert (stopped.rank, stopped.state, stopped.state_text, stopped.frames) == (
+        1, "T", "stopped (T)", ("<module> (two.py:17)",)
+    )  # fmt: skip
+    assert stopped.pid == int(re.search(r"^pid (\d+)", (LOCAL / "n1.txt").read_text(), re.M).group(1))
+
+
+def test_the_stopped_rank_is_blamed_on_its_node_and_the_other_is_named_as_waiting(tmp_path):
+    log = hang_job(tmp_path, {"n0": recorded("n0.txt"), "n1": recorded("n1.txt")}, ["n0", "n1"])
+    cause = hang_stacks.read(log.with_suffix("") / "hang", ["n0", "n1"])
+    assert cause.host == "n1" and cause.node_local
+    assert cause.noticed == "on n0 (rank 0), phase training, last step 40, 31 s since"
+    assert cause.because.startswith("stacks: n1's training (rank 1, pid ")
+    assert "is stopped (T): stopped by a signal (SIGSTOP, Ctrl-Z) or a debugger" in cause.because
+    assert "the others wait for it (_handle_array_process_allgather" in cause.because
+    assert cause.waiting == (
+        "n0 (rank 0) in _handle_array_process_allgather (jax/experimental/multihost_utils.py:134)",
+    )
+
+
+def test_a_rank_in_uninterruptible_sleep_is_blamed_with_what_the_kernel_waits_in(tmp_path):
+    stacks = {"n0": recorded("n0.txt"), "n1": recorded("n1.txt", state="D (disk sleep), wchan nfs_wait_bit_killable")}
+    cause = hang_stacks.read(hang_job(tmp_path, stacks, ["n0", "n1"]).with_suffix("") / "hang", ["n0", "n1"])
+    assert cause.host == "n1" and cause.node_local
+    assert "is disk sleep (D): in uninterruptible sleep: waiting on I/O" in cause.because
+    assert "(kernel: nfs_wait_bit_killable)" in cause.because
+
+
+def test_a_node_that_wrote_no_stacks_is_blamed_as_not_answering(tmp_path):
+    stacks = {"n0": recorded("n0.txt"), "n1": recorded("n0.txt", host="n1", rank=1)}
+    cause = hang_stacks.read(
+        hang_job(tmp_path, stacks, ["n0", "n1", "n2"]).with_suffix("") / "hang", ["n0", "n1", "n2"]
+    )
+    assert cause.host == "n2" and cause.node_local
+    assert "its watchdog wrote no stacks" in cause.because
+    assert [r.state for r in cause.ranks] == ["S", "S", "missing"]
+
+
+def test_a_rank_whose_training_is_gone_is_blamed_but_its_node_is_not_excluded(tmp_path):
+    gone = "HANG on n1 (rank 1): " + MARKER + "\nno training process found\n"
+    cause = hang_stacks.read(
+        hang_job(tmp_path, {"n0": recorded("n0.txt"), "n1": gone}, ["n0", "n1"]).with_suffix("") / "hang", ["n0", "n1"]
+    )
+    assert cause.host == "n1" and not cause.node_local
+    assert "no training process was found: training had already ended on this node" in cause.because
+
+
+def test_every_rank_waiting_in_the_same_place_blames_nobody(tmp_path):
+    stacks = {"n0": recorded("n0.txt"), "n1": recorded("n0.txt", host="n1", rank=1)}
+    cause = hang_stacks.read(hang_job(tmp_path, stacks, ["n0", "n1"]).with_suffix("") / "hang", ["n0", "n1"])
+    assert cause.blamed is None and cause.host == "" and not cause.node_local
+    assert "every rank is in _handle_array_process_allgather" in cause.because
+    assert "collective deadlock or a stall outside the job" in cause.because
+    assert len(cause.waiting) == 2
+
+
+def test_the_one_rank_not_waiting_while_the_others_wait_is_blamed_without_excluding_its_node(tmp_path):
+    busy = recorded("n0.txt", host="n2", rank=2, state="R (running)")
+    busy = (
+        busy[: busy.index('"MainThread"\n') + 13]
+        + "    next_batch (MaxText/input_pipeline.py:88)\n    train_loop (MaxText/train.py:901)\n"
+    )
+    stacks = {"n0": recorded("n0.txt"), "n1": recorded("n0.txt", host="n1", rank=1), "n2": busy}
+    cause = hang_stacks.read(
+        hang_job(tmp_path, stacks, ["n0", "n1", "n2"]).with_suffix("") / "hang", ["n0", "n1", "n2"]
+    )
+    assert cause.host == "n2" and not cause.node_local
+    assert "n2's training (rank 2, pid " in cause.because and "is running (R): busy on the CPU" in cause.because
+    assert "innermost: next_batch (MaxText/input_pipeline.py:88)" in cause.because
+    assert "the only rank not waiting" in cause.because
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to give a file to another user")
+def test_a_stacks_file_someone_else_wrote_is_ignored_not_believed(tmp_path):
+    log = hang_job(tmp_path, {"n0": recorded("n0.txt"), "n1": recorded("n1.txt")}, ["n0", "n1"])
+    planted = log.with_suffix("") / "hang" / "n1.txt"
+    os.chown(planted, 65534, 65534)
+    cause = hang_stacks.read(planted.parent, ["n0", "n1"])
+    n1 = next(r for r in cause.ranks if r.host == "n1")
+    assert n1.note.startswith(f"ignored: {planted} belongs to uid 65534")
+    assert cause.host != "n1"
+
+
+# --------------------------------------------------------------------------- classify, why, requeue, monitor
+
+
+def test_classify_blames_the_stacks_host_and_retries_without_it(tmp_path):
+    found = classify(hang_job(tmp_path, {"n0": recorded("n0.txt"), "n1": recorded("n1.txt")}, ["n0", "n1"]))
+    assert (found.reason, found.detail, found.host, found.retry) == ("hang", "training", "n1", "retry-without-node")
+    assert found.noticed == "on n0 (rank 0), phase training, last step 40, 31 s since"
+    assert "the cause is on n1 itself" in found.advice
+
+
+def test_without_stacks_a_hang_blames_nobody_and_says_so(tmp_path):
+    log = hang_job(tmp_path, {}, ["n0", "n1"])
+    found = classify(log)
+    assert (found.host, found.retry) == ("", "retry")
+    assert found.noticed == "on n0 (rank 0), phase training, last step 40, 31 s since"  # from the HANG line
+    assert found.blame_how.startswith("nobody: no hang/<host>.txt stacks to read")
+
+
+def test_why_keeps_where_the_hang_was_noticed_apart_from_what_is_blamed(tmp_path):
+    log = hang_job(tmp_path, {"n0": recorded("n0.txt"), "n1": recorded("n1.txt")}, ["n0", "n1"])
+    result = CliRunner().invoke(main, ["why", str(log)])
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert lines[:3] == [
+        "hang: training",
+        "  evidence: 0: == HANG detected (phase training, last step 40, 31 s since) ==",
+        "  noticed: on n0 (rank 0), phase training, last step 40, 31 s since",
+    ]
+    assert lines[3] == "  host: n1"
+    assert lines[4].startswith("  blamed because: stacks: n1's training (rank 1, pid ")
+    assert (
+        lines[5]
+        == "  waiting: n0 (rank 0) in _handle_array_process_allgather (jax/experimental/multihost_utils.py:134)"
+    )
+    assert lines[6] == "  retry: retry-without-node"
+    data = json.loads(CliRunner().invoke(main, ["why", "--json", str(log)]).output)
+    assert (data["host"], data["retry"], data["noticed"]) == ("n1", "retry-without-node", lines[2].split(": ", 1)[1])
+    assert data["waiting"] == [lines[5].split(": ", 1)[1]]
+
+
+def test_requeue_and_the_monitor_read_the_same_blame(tmp_path):
+    log = hang_job(tmp_path, {"n0": recorded("n0.txt"), "n1": recorded("n1.txt")}, ["n0", "n1"])
+    text = log.read_text()
+    found = requeue.outcome(logparse.parse_text(text), text, log.with_suffix(""))  # what the monitor reports
+    assert (found.host, found.retry, found.noticed) == ("n1", "retry-without-node", classify(log).noticed)
+
+
+# --------------------------------------------------------------------------------- real jobs on the cluster
+# (imports here, after the unit tests, keep the units runnable without the cluster helpers' set-up cost)
+from job_observation import TRAINING_CMDLINE, live_processes_of  # noqa: E402
+from slurm_cluster import job_env, local_cluster, submit_job  # noqa: E402, F401  (the session fixture)
+
+
+def wait_for(predicate, timeout: float, what: str, poll: float = 0.5):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = predicate()
+        if found:
+            return found
+        time.sleep(poll)
+    pytest.fail(f"{what}: not within {timeout:.0f}s")
+
+
+def read(path: Path) -> str:
+    return path.read_text() if path.exists() else ""
+
+
+def training_pid(job_id: str, rank: int) -> int:
+    pids = live_processes_of(job_id, TRAINING_CMDLINE)
+    mine = [p for p in pids if f"NODE_RANK={rank}".encode() in Path(f"/proc/{p}/environ").read_bytes().split(b"\0")]
+    assert len(mine) == 1, (pids, mine)
+    return mine[0]
+
+
+def test_two_node_job_with_rank_1_frozen_is_blamed_on_node2_from_its_stacks(local_cluster, tmp_path):  # noqa: F811
+    """The issue's proof: rank 1's training is stopped (SIGSTOP); the watchdog (HANG_TIMEOUT=30) takes both
+    nodes' stacks and stops the job; `jobkit why` says where the hang was noticed and blames node2 from the
+    stacks (stopped, T), node1 named as waiting; the retry is without node2."""
+    ws = tmp_path / "ws"
+    env = job_env(local_cluster, ws, tmp_path / "jax_cache")
+    env.update(HANG_TIMEOUT="30", HANG_STEP_FACTOR="5", MAX_RETRIES="0")
+    job_id, log = submit_job(env, "tiny:frozen:", "-N", "2", "--", "steps=100000")
+    try:
+        wait_for(lambda: re.search(r"^0: .*completed step: 5,", read(log), re.M), 400, "rank 0 at step 5")
+        pid = training_pid(job_id, 1)
+        os.kill(pid, signal.SIGSTOP)
+        wait_for(lambda: re.search(r"^== not requeued: .*==$", read(log), re.M), 300, "the job's end")
+    finally:
+        local_cluster.run(["scancel", job_id], check=False)
+        for left in live_processes_of(job_id, TRAINING_CMDLINE):
+            os.kill(left, signal.SIGKILL)
+    text = log.read_text()
+    assert re.search(r"^\d: == HANG detected \(phase training, last step \d+, \d+ s since\) ==$", text, re.M), text[
+        -4000:
+    ]
+    hang = log.with_suffix("") / "hang"
+    assert sorted(p.name for p in hang.glob("*.txt")) == ["node1.txt", "node2.txt"]
+    why = subprocess.run([JOBKIT, "why", str(log)], capture_output=True, text=True, timeout=60)
+    print(why.stdout)
+    lines = why.stdout.splitlines()
+    assert lines[0] == "hang: training", why.stdout + why.stderr
+    assert re.search(r"^  noticed: on node[12] \(rank [01]\), ", why.stdout, re.M), why.stdout
+    assert "  host: node2" in lines, why.stdout
+    assert re.search(
+        r"^  blamed because: stacks: node2's training \(rank 1, pid \d+\) is stopped \(T\)", why.stdout, re.M
+    )
+    assert re.search(r"^  waiting: node1 \(rank 0\)", why.stdout, re.M), why.stdout
+    assert "  retry: retry-without-node" in lines, why.stdout
