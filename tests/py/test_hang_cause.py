@@ -198,6 +198,19 @@ def test_requeue_and_the_monitor_read_the_same_blame(tmp_path):
     assert (found.host, found.retry, found.noticed) == ("n1", "retry-without-node", classify(log).noticed)
 
 
+def test_the_analysis_report_reads_the_same_blame(tmp_path):
+    log = hang_job(tmp_path, {"n0": recorded("n0.txt"), "n1": recorded("n1.txt")}, ["n0", "n1"])
+    result = CliRunner().invoke(main, ["analyze", str(log)])
+    assert result.exit_code == 0, result.output
+    doc = json.loads((log.with_suffix("") / "analysis" / "analysis.json").read_text())
+    found = classify(log)
+    assert doc["failure"]["host"] == "n1" and doc["failure"]["retry"] == "retry-without-node"
+    assert (doc["failure"]["noticed"], doc["failure"]["blamed_because"]) == (found.noticed, found.blame_how)
+    assert f"    noticed: {found.noticed}" in result.output.splitlines()
+    assert f"    blamed because: {found.blame_how}" in result.output.splitlines()
+    assert "blamed because stacks: n1&#x27;s training" in (log.with_suffix("") / "analysis" / "report.html").read_text()
+
+
 # --------------------------------------------------------------------------------- real jobs on the cluster
 # (imports here, after the unit tests, keep the units runnable without the cluster helpers' set-up cost)
 from job_observation import TRAINING_CMDLINE, live_processes_of  # noqa: E402
