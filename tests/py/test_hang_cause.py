@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from jobkit.analysis import hosts
 from jobkit.cli import main
 from jobkit.core import failures, hang_stacks, logparse
 from jobkit.ops import hang_watchdog, requeue
@@ -189,6 +190,10 @@ def test_why_keeps_where_the_hang_was_noticed_apart_from_what_is_blamed(tmp_path
     data = json.loads(CliRunner().invoke(main, ["why", "--json", str(log)]).output)
     assert (data["host"], data["retry"], data["noticed"]) == ("n1", "retry-without-node", lines[2].split(": ", 1)[1])
     assert data["waiting"] == [lines[5].split(": ", 1)[1]]
+    assert not any(line.startswith("  metrics:") for line in lines)  # no TSDB: nothing to point at
+    (log.with_suffix("") / "prometheus" / "wal").mkdir(parents=True)  # RAY=1's TSDB
+    again = CliRunner().invoke(main, ["why", str(log)]).output.splitlines()
+    assert f"  metrics: each host's CPU, GPU busy and power and network during the stall: jobkit analyze {log}" in again
 
 
 def test_requeue_and_the_monitor_read_the_same_blame(tmp_path):
@@ -209,6 +214,41 @@ def test_the_analysis_report_reads_the_same_blame(tmp_path):
     assert f"    noticed: {found.noticed}" in result.output.splitlines()
     assert f"    blamed because: {found.blame_how}" in result.output.splitlines()
     assert "blamed because stacks: n1&#x27;s training" in (log.with_suffix("") / "analysis" / "report.html").read_text()
+
+
+def series(before: float, during: float, t_hang: float = 1000.0) -> list[tuple[float, float]]:
+    """One host's line: BEFORE every 5 s until the stall began (t_hang - 60), DURING after it."""
+    return [(float(t), before if t < t_hang - 60 else during) for t in range(int(t_hang) - 300, int(t_hang) + 1, 5)]
+
+
+def test_gpus_busy_at_standby_power_with_no_network_traffic_reads_as_a_collective_deadlock():
+    lines = {
+        "cpu": {"node1": series(40, 30), "node2": series(40, 30)},
+        "gpu_util": {"node1": series(95, 100), "node2": series(95, 100)},
+        "gpu_power": {"node1": series(2800, 700), "node2": series(2800, 690)},
+        "net": {"node1": series(900, 0.0), "node2": series(900, 0.0)},
+    }
+    per_host = hosts.around(lines, 940.0, 1000.0)
+    assert per_host["node2"] == {
+        "cpu": 30.0, "cpu_job_max": 40.0, "gpu_util": 100.0, "gpu_util_job_max": 100.0, "gpu_power": 690.0,
+        "gpu_power_job_max": 2800.0, "net": 0.0, "net_job_max": 900.0,
+    }  # fmt: skip
+    assert hosts.hang_reading(per_host).startswith("GPUs busy at standby power with no network traffic on every host")
+    assert (
+        hosts.hang_host_text(per_host["node1"])
+        == "CPU 30%, GPU busy 100% at 700 W (job max 2800 W), network 0.00 MB/s (job max 900.00)"
+    )
+    lines["gpu_power"]["node2"] = series(2800, 2700)  # at full power: computing, not spinning in a collective
+    assert "deadlock" not in hosts.hang_reading(hosts.around(lines, 940.0, 1000.0))
+
+
+def test_one_host_idle_on_the_cpu_while_the_others_spin_is_named():
+    lines = {"cpu": {"node1": series(60, 99), "node2": series(60, 0.0), "node3": series(60, 98)}}
+    assert hosts.hang_reading(hosts.around(lines, 940.0, 1000.0)) == (
+        "node2 idle on the CPU while the other hosts are busy: its training did nothing"
+    )
+    assert hosts.around(lines, 2000.0, 2100.0) == {}  # no sample in the window: nothing said
+    assert hosts.hang_reading({}) == ""
 
 
 # --------------------------------------------------------------------------------- real jobs on the cluster

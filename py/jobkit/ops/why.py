@@ -5,7 +5,7 @@ import json
 
 import click
 
-from jobkit.core import failures, logparse
+from jobkit.core import failures, logparse, metrics_state
 from jobkit.core.commands import load_log
 from jobkit.core.verdict import STATUSES, resolve_status
 from jobkit.ops import coredump
@@ -100,6 +100,11 @@ def why_command(logfile, status, exit_code, as_json, show_all):
         return
     for line in _lines(found):
         click.echo(line)
+    if found.reason == "hang" and metrics_state.is_tsdb(str(job_dir / "prometheus")):
+        # Reading the TSDB is the analysis layer's (promtool); say where the per-host evidence is.
+        click.echo(
+            f"  metrics: each host's CPU, GPU busy and power and network during the stall: jobkit analyze {logfile}"
+        )
     if not told:
         click.echo(f"  note: {INCOMPLETE}")
     signal_name = found.detail if found.reason == "killed-by-signal" else None
