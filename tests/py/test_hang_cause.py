@@ -141,6 +141,16 @@ def test_the_one_rank_not_waiting_while_the_others_wait_is_blamed_without_exclud
     assert "the only rank not waiting" in cause.because
 
 
+def test_every_rank_stopped_blames_no_single_node_and_files_named_unlike_the_nodelist_are_not_missing(tmp_path):
+    stacks = {"n0": recorded("n1.txt", host="n0", rank=0), "n1": recorded("n1.txt")}
+    cause = hang_stacks.read(hang_job(tmp_path, stacks, ["n0", "n1"]).with_suffix("") / "hang", ["n0", "n1"])
+    assert cause.blamed is None and not cause.node_local
+    assert cause.because.startswith("stacks: every rank is stopped (T): stopped by a signal")
+    # Files named by another host name than Slurm's (node1.example.com): no node counts as missing.
+    cause = hang_stacks.read(tmp_path / "500-tiny" / "hang", ["node1", "node2", "node3"])
+    assert [r.state for r in cause.ranks] == ["T", "T"]
+
+
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to give a file to another user")
 def test_a_stacks_file_someone_else_wrote_is_ignored_not_believed(tmp_path):
     log = hang_job(tmp_path, {"n0": recorded("n0.txt"), "n1": recorded("n1.txt")}, ["n0", "n1"])

@@ -207,9 +207,12 @@ def read(hang_dir: Path, nodes: list[str] | None = None) -> HangCause | None:
     if not read_ranks:
         return None
     seen = {r.host for r in ranks}
-    for i, node in enumerate(nodes or []):
-        if node not in seen:
-            ranks.append(RankStacks(node, i, "missing"))
+    # A node of the nodelist without a file did not answer, when the files are named as the nodelist names
+    # hosts (HANG_HOST, or a host name that is not the Slurm node name, would make every node look missing).
+    if nodes and seen <= set(nodes):
+        for i, node in enumerate(nodes):
+            if node not in seen:
+                ranks.append(RankStacks(node, i, "missing"))
     ranks.sort(key=lambda r: (r.rank is None, r.rank if r.rank is not None else 0, r.host))
     if not marker:
         marker = next((_HEADER.match(_first_line(hang_dir, r)) for r in read_ranks), None)
@@ -250,6 +253,11 @@ def _decide(marker: str, noticed_host: str, ranks: tuple[RankStacks, ...]) -> Ha
         said = [f"{r.name} {r.state_text} in {r.function or '?'}" for r in rest]
         return f"; the others: {', '.join(said)}"
 
+    frozen = {r.state for r in usable}
+    if len(usable) > 1 and len(frozen) == 1 and frozen <= {"T", "t", "D"}:
+        first = usable[0]
+        meaning = STATE_MEANING[first.state]
+        return cause(None, f"stacks: every rank is {first.state_text}: {meaning}; no single node is blamed", False)
     for states, node_local in ((("T", "t", "D"), True), (("missing",), True), (tuple(GONE_STATES), False)):
         found = [r for r in usable if r.state in states]
         if found and len(found) < len(usable):
