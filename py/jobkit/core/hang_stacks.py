@@ -28,7 +28,8 @@ from pathlib import Path
 from jobkit.core import files
 
 MARKER_NAME = "HANG"  # ops.hang_watchdog.MARKER_NAME (core may not import ops)
-FRAMES = 4  # innermost frames kept per rank
+FRAMES = 40  # innermost frames kept per rank (native frames: the wait is often 10-20 frames deep)
+SHOWN = 3  # innermost frames said in the blame
 
 # What each process state means for the person reading why (proc(5): State).
 STATE_MEANING = {
@@ -57,10 +58,11 @@ _NOTICED = re.compile(r"noticed on (\S+) \(rank (\d+)\)")
 WAIT_FRAME = re.compile(
     r"BlockUntilReady|block_until_ready|barrier|all_?reduce|all_?gather|reduce_?scatter|all_?to_?all|"
     r"collective|psum|nccl|rccl|WaitForNotification|Notification::Wait|sync_global_devices|"
-    r"_single_device_array_to_np_array|device_get|wait_until_finished|GetKeyValue|key_value_get|"
-    r"\b_?wait\b|\bwait_for|\bfutex",
+    r"_single_device_array_to_np_array|device_get|wait_until_finished|GetKeyValue|key_value_get",
     re.I,
 )
+# A generic wait (a futex, a condition variable, a Python `wait`): a waiting rank when nothing says more.
+GENERIC_WAIT = re.compile(r"\b_?wait\b|\bwait_for|futex|pthread_cond|Mutex::Block|Condition::Wait", re.I)
 
 
 @dataclass(frozen=True)
@@ -84,7 +86,11 @@ class RankStacks:
     @property
     def waits_in(self) -> str:
         """The innermost frame that waits for the others or the device, else ''."""
-        return next((f for f in self.frames if WAIT_FRAME.search(_function(f))), "")
+        for pattern in (WAIT_FRAME, GENERIC_WAIT):
+            found = next((f for f in self.frames if pattern.search(_function(f))), "")
+            if found:
+                return found
+        return ""
 
     @property
     def function(self) -> str:
@@ -112,7 +118,11 @@ class RankStacks:
         if self.wchan and self.wchan != "0":
             said += f" (kernel: {self.wchan})"
         if self.frames:
-            said += f"; innermost: {' < '.join(_function(f) for f in self.frames[:3])}"
+            shown = list(self.frames[:SHOWN])
+            python = next((f for f in self.frames if ".py:" in f), "")
+            if python and python not in shown:  # native frames first: add where in Python it was
+                shown.append(f"... {python}")
+            said += f"; innermost: {' < '.join(_function(f) for f in shown)}"
         return said
 
 
@@ -134,12 +144,14 @@ class HangCause:
 
 
 def _function(frame: str) -> str:
-    """A frame line's function: `BlockUntilReady (libxla.so)` -> `BlockUntilReady`; `step (train.py:12)` kept."""
+    """A frame line's function: `BlockUntilReady (libxla.so)` -> `BlockUntilReady`; `step (train.py:12)` kept;
+    a C++ name past 120 characters is cut."""
     m = _FRAME.match(" " + frame)
     if not m:
-        return frame
+        return frame[:120]
     where = m.group(2) or ""
-    return f"{m.group(1)} ({where})" if ".py:" in where else m.group(1)
+    name = m.group(1) if len(m.group(1)) <= 120 else m.group(1)[:117] + "..."
+    return f"{name} ({where})" if ".py:" in where else name
 
 
 def parse(text: str, host: str) -> RankStacks:
