@@ -76,6 +76,25 @@ def test_a_recorded_stacks_file_gives_each_rank_its_state_and_innermost_frames()
     assert stopped.pid == int(re.search(r"^pid (\d+)", (LOCAL / "n1.txt").read_text(), re.M).group(1))
 
 
+def test_a_real_maxtext_training_stopped_by_sigstop_is_read_and_blamed_alone(tmp_path):
+    """run_local.sh tiny frozen mid-run (test_hang_watchdog's e2e, recorded): one node, stopped, Python frames."""
+    text = (FIXTURES / "run-local-frozen" / "vm.txt").read_text()
+    rank = hang_stacks.parse(text, "vm")
+    assert (rank.rank, rank.state, rank.how) == (0, "T", "py-spy --nonblocking")
+    assert rank.frames[:2] == (
+        "Queue.put (multiprocessing/queues.py:89)",
+        "EventFileWriter.add_event (tensorboardX/event_file_writer.py:136)",
+    )
+    assert "training_loop_iteration (pre_train/train.py:957)" in rank.frames  # the main thread, not Thread-1
+    log = hang_job(
+        tmp_path, {"vm": text}, ["vm"], marker="phase training, last step 5, 4 s since, noticed on vm (rank 0)"
+    )
+    found = classify(log)
+    assert (found.host, found.retry) == ("vm", "retry-without-node")
+    assert found.blame_how.startswith("stacks: vm's training (rank 0, pid ")
+    assert "innermost: Queue.put (multiprocessing/queues.py:89) < EventFileWriter.add_event" in found.blame_how
+
+
 def test_the_stopped_rank_is_blamed_on_its_node_and_the_other_is_named_as_waiting(tmp_path):
     log = hang_job(tmp_path, {"n0": recorded("n0.txt"), "n1": recorded("n1.txt")}, ["n0", "n1"])
     cause = hang_stacks.read(log.with_suffix("") / "hang", ["n0", "n1"])
