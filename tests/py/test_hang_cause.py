@@ -76,6 +76,38 @@ def test_a_recorded_stacks_file_gives_each_rank_its_state_and_innermost_frames()
     assert stopped.pid == int(re.search(r"^pid (\d+)", (LOCAL / "n1.txt").read_text(), re.M).group(1))
 
 
+def real_two_node_job(tmp_path: Path) -> Path:
+    """The recorded 2-node job (tests/fixtures/hang/slurm-2node-frozen-rank1): its log and hang/ dir, as the
+    job left them (this user's files, a hang dir only it can write)."""
+    src = FIXTURES / "slurm-2node-frozen-rank1"
+    log = tmp_path / "306-tiny.log"
+    log.write_text((src / "job.log").read_text())
+    hang = log.with_suffix("") / "hang"
+    hang.mkdir(parents=True, mode=0o755)
+    for name in ("HANG", "node1.txt", "node2.txt"):
+        (hang / name).write_text((src / name).read_text())
+    return log
+
+
+def test_a_real_two_node_job_with_rank_1_frozen_is_blamed_on_node2_from_its_stacks(tmp_path):
+    log = real_two_node_job(tmp_path)
+    node1 = hang_stacks.parse((log.with_suffix("") / "hang" / "node1.txt").read_text(), "node1")
+    assert (node1.state, node1.how, node1.waits_in) == (
+        "S", "py-spy --native", "jax::BlockUntilReadyWithCancel (jaxlib/libjax_common.so)"
+    )  # fmt: skip
+    result = CliRunner().invoke(main, ["why", str(log)])
+    lines = result.output.splitlines()
+    assert lines[0] == "hang: training", result.output
+    assert "  noticed: on node1 (rank 0), phase training, last step 17, 6 s since" in lines
+    assert "  host: node2" in lines
+    blamed = next(line for line in lines if line.startswith("  blamed because: "))
+    assert blamed.startswith("  blamed because: stacks: node2's training (rank 1, pid 3476) is stopped (T): ")
+    assert "innermost: ArrayImpl._value (jax/_src/array.py:696)" in blamed
+    assert blamed.endswith("the others wait for it (jax::BlockUntilReadyWithCancel)")
+    assert "  waiting: node1 (rank 0) in jax::BlockUntilReadyWithCancel" in lines
+    assert "  retry: retry-without-node" in lines
+
+
 def test_a_real_maxtext_training_stopped_by_sigstop_is_read_and_blamed_alone(tmp_path):
     """run_local.sh tiny frozen mid-run (test_hang_watchdog's e2e, recorded): one node, stopped, Python frames."""
     text = (FIXTURES / "run-local-frozen" / "vm.txt").read_text()

@@ -57,12 +57,14 @@ _NOTICED = re.compile(r"noticed on (\S+) \(rank (\d+)\)")
 # service): a rank in one of them is a follower of whichever rank does not arrive.
 WAIT_FRAME = re.compile(
     r"BlockUntilReady|block_until_ready|barrier|all_?reduce|all_?gather|reduce_?scatter|all_?to_?all|"
-    r"collective|psum|nccl|rccl|WaitForNotification|Notification::Wait|sync_global_devices|"
+    r"collective|psum|nccl|rccl|sync_global_devices|"
     r"_single_device_array_to_np_array|device_get|wait_until_finished|GetKeyValue|key_value_get",
     re.I,
 )
 # A generic wait (a futex, a condition variable, a Python `wait`): a waiting rank when nothing says more.
-GENERIC_WAIT = re.compile(r"\b_?wait\b|\bwait_for|futex|pthread_cond|Mutex::Block|Condition::Wait", re.I)
+GENERIC_WAIT = re.compile(
+    r"\b_?wait\b|\bwait_for|WaitForNotification|futex|pthread_cond|Mutex::Block|Condition::Wait", re.I
+)
 
 
 @dataclass(frozen=True)
