@@ -351,18 +351,23 @@ def test_two_node_job_with_rank_1_frozen_is_blamed_on_node2_from_its_stacks(loca
         wait_for(lambda: re.search(r"^0: .*completed step: 5,", read(log), re.M), 400, "rank 0 at step 5")
         pid = training_pid(job_id, 1)
         os.kill(pid, signal.SIGSTOP)
-        wait_for(lambda: re.search(r"^== not requeued: .*==$", read(log), re.M), 300, "the job's end")
+        record = local_cluster.wait_job(job_id, 300)
     finally:
         local_cluster.run(["scancel", job_id], check=False)
         for left in live_processes_of(job_id, TRAINING_CMDLINE):
             os.kill(left, signal.SIGKILL)
     text = log.read_text()
+    assert record["JobState"] != "COMPLETED", record
+    assert re.search(r"Status: HANG \(exit \d+\)", text), text[-3000:]
+    assert "stopped sending heartbeats" not in text  # the watchdog, not JAX's heartbeat, ended it
     assert re.search(r"^\d: == HANG detected \(phase training, last step \d+, \d+ s since\) ==$", text, re.M), text[
         -4000:
     ]
     hang = log.with_suffix("") / "hang"
     assert sorted(p.name for p in hang.glob("*.txt")) == ["node1.txt", "node2.txt"]
     why = subprocess.run([JOBKIT, "why", str(log)], capture_output=True, text=True, timeout=60)
+    for name in ("node1.txt", "node2.txt"):  # for the record (pytest -s)
+        print("\n".join((hang / name).read_text().splitlines()[:12]))
     print(why.stdout)
     lines = why.stdout.splitlines()
     assert lines[0] == "hang: training", why.stdout + why.stderr
