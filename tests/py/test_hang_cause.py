@@ -108,6 +108,25 @@ def test_a_real_two_node_job_with_rank_1_frozen_is_blamed_on_node2_from_its_stac
     assert "  retry: retry-without-node" in lines
 
 
+def test_the_e2e_proofs_own_recording_with_wchan_blames_node2_stopped_in_do_signal_stop(tmp_path):
+    """This branch's e2e run (HANG_TIMEOUT=30): the watchdog's process line now carries the wchan."""
+    src = FIXTURES / "slurm-2node-frozen-wchan"
+    stacks = {h: (src / f"{h}.txt").read_text() for h in ("node1", "node2")}
+    marker = (src / "HANG").read_text().partition("\n")[0]
+    cause = hang_stacks.read(
+        hang_job(tmp_path, stacks, ["node1", "node2"], marker).with_suffix("") / "hang", ["node1", "node2"]
+    )
+    node1, node2 = cause.ranks
+    assert (node1.state, node1.wchan, node2.state, node2.wchan) == ("S", "futex_do_wait", "T", "do_signal_stop")
+    assert cause.host == "node2" and cause.node_local
+    assert (
+        "is stopped (T): stopped by a signal (SIGSTOP, Ctrl-Z) or a debugger: someone or something outside the job froze it (kernel: do_signal_stop)"
+        in cause.because
+    )
+    assert cause.waiting == ("node1 (rank 0) in jax::BlockUntilReadyWithCancel",)
+    assert cause.noticed == "on node1 (rank 0), phase training, last step 6, 30 s since"
+
+
 def test_a_real_maxtext_training_stopped_by_sigstop_is_read_and_blamed_alone(tmp_path):
     """run_local.sh tiny frozen mid-run (test_hang_watchdog's e2e, recorded): one node, stopped, Python frames."""
     text = (FIXTURES / "run-local-frozen" / "vm.txt").read_text()
