@@ -684,3 +684,31 @@ def test_a_failure_line_says_how_the_host_was_blamed_the_retry_and_the_advice_wh
     )
     long = failures.Failure("oom", evidence="e" * 280, retry="never", advice="lower the batch")
     assert monitor.failure_text("", long) == f"oom; evidence: {'e' * 280}; retry: never"
+
+
+def test_a_hang_failure_says_where_it_was_noticed_and_whom_the_stacks_blame(env):
+    """The failure event reads the hang's stacks (core.hang_stacks, as `jobkit why` does): noticed on node1,
+    blamed on node2, whose training was stopped (a recorded stacks file), retried without it."""
+    ws, slurm = env
+    body = "0: == HANG detected (phase training, last step 40, 31 s since) ==\n"
+    log = write_log(ws, "500", steps=range(3), status="HANG", rc=143, body=body)
+    hang = log.with_suffix("") / "hang"
+    hang.mkdir(parents=True, mode=0o755)
+    (hang / "HANG").write_text("phase training, last step 40, 31 s since, noticed on node1 (rank 0)\njob=500\n")
+    recorded = REPO / "tests" / "fixtures" / "hang" / "local-allgather"
+    for src, host, rank in (("n0.txt", "node1", 0), ("n1.txt", "node2", 1)):
+        text = (
+            recorded.joinpath(src)
+            .read_text()
+            .replace(f"HANG on n{rank} (rank {rank})", f"HANG on {host} (rank {rank})")
+        )
+        (hang / f"{host}.txt").write_text(text)
+    slurm.set("", "500|FAILED\n")
+    (failure,) = [text for _, kind, text in poll("500") if kind == "failure"]
+    assert failure.startswith(
+        "(tiny 2N) hang: training; evidence: 0: == HANG detected (phase training, last step 40, 31 s since) ==; "
+        "noticed: on node1 (rank 0), phase training, last step 40, 31 s since; host: node2 (stacks: node2's training "
+        "(rank 1, pid "
+    ), failure
+    assert "is stopped (T): stopped by a signal" in failure
+    assert "; retry: retry-without-node" in failure, failure

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -188,7 +189,9 @@ def _loss(facts: JobFacts) -> dict | None:
     }
 
 
-def _hang(facts: JobFacts) -> dict | None:
+def _hang(facts: JobFacts, lines: dict) -> dict | None:
+    """The watchdog's marker, its time, the stacks files, and (RAY=1, a TSDB) each host's CPU, GPU busy and
+    power and network during the stall (`N s since` before the marker), with what they read as."""
     marker = facts.job_dir / "hang" / MARKER_NAME
     if not marker.is_file():
         return None
@@ -198,7 +201,15 @@ def _hang(facts: JobFacts) -> dict | None:
     except OSError:
         text, when = "", None
     stacks = sorted(p.name for p in (facts.job_dir / "hang").glob("*.txt"))
-    return {"marker": text, "time": _round(when, 3), "stacks": stacks}
+    stalled = re.search(r"(\d+) s since", text)
+    per_host = hosts.around(lines, when - float(stalled.group(1)), when) if when and stalled and lines else {}
+    return {
+        "marker": text,
+        "time": _round(when, 3),
+        "stacks": stacks,
+        "hosts": per_host,
+        "reading": hosts.hang_reading(per_host) or None,
+    }
 
 
 def build(facts: JobFacts) -> Analysis:
@@ -241,10 +252,14 @@ def build(facts: JobFacts) -> Analysis:
             "detail": failure.detail or None,
             "evidence": failure.evidence or None,
             "host": failure.host or None,
+            "blamed_because": failure.blame_how or None,
+            "noticed": failure.noticed or None,
+            "waiting": list(failure.waiting),
+            "retry": failure.retry_decision,
         }
         if failure
         else None,
-        "hang": _hang(facts),
+        "hang": _hang(facts, lines),
         "hosts": {
             "tsdb": tsdb_path,
             "available": bool(data),

@@ -14,7 +14,7 @@ from pathlib import Path
 import click
 
 from jobkit.analysis import build as buildmod
-from jobkit.analysis import report
+from jobkit.analysis import hosts, report
 from jobkit.analysis.job import JobReadError, load
 from jobkit.core import paths
 from jobkit.core.errors import JobkitError
@@ -86,6 +86,15 @@ def summary_lines(doc: dict) -> list[str]:
             + (f" on {f['host']}" if f["host"] else "")
             + (f": {f['evidence']}" if f["evidence"] else "")
         )
+        if f.get("noticed"):
+            out.append(f"    noticed: {f['noticed']}")
+        if f.get("blamed_because"):
+            out.append(f"    {'blamed because' if f['host'] else 'blamed'}: {f['blamed_because']}")
+    hang = doc.get("hang") or {}
+    for host, row in (hang.get("hosts") or {}).items():
+        out.append(f"  during the hang, {host}: {hosts.hang_host_text(row)}")
+    if hang.get("reading"):
+        out.append(f"  reads as: {hang['reading']}")
     for a in doc["anomalies"][:8]:
         out.append(f"  anomaly {a['kind']}: {a['message']}")
     if len(doc["anomalies"]) > 8:

@@ -192,9 +192,17 @@ def _verdict(d: dict) -> list[str]:
             (
                 "failure",
                 failure["class"],
-                (failure["evidence"] or "") + (f" (host {failure['host']})" if failure["host"] else ""),
+                (failure["evidence"] or "")
+                + (f" (host {failure['host']})" if failure["host"] else "")
+                + (f"; noticed {failure['noticed']}" if failure.get("noticed") else "")
+                + (f"; blamed because {failure['blamed_because']}" if failure.get("blamed_because") else ""),
             )
         )
+    hang = d.get("hang") or {}
+    if hang.get("hosts"):
+        rows = "".join(f"<li>{_e(h)}: {_e(hostmod.hang_host_text(r))}</li>" for h, r in hang["hosts"].items())
+        reading = f"<p id='hang-reading'>Reads as: {_e(hang['reading'])}</p>" if hang.get("reading") else ""
+        parts.append(f"<div id='hang-hosts'><p>During the hang's stall, per host:</p><ul>{rows}</ul>{reading}</div>")
     parts.append(
         "<div class='cards'>"
         + "".join(

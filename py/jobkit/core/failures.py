@@ -20,7 +20,7 @@ from __future__ import annotations
 import os
 import re
 import signal
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from jobkit.core.errors import JobkitError
@@ -32,7 +32,7 @@ CATALOGUE = CONFIGS_DIR / "failure_signatures.yaml"
 LOCAL_CATALOGUE = CONFIGS_DIR / "failure_signatures.local.yaml"
 LOCAL_SETTING = "FAILURE_SIGNATURES_FILE"
 RETRY_POLICIES = ("retry", "retry-without-node", "never")
-BLAME_METHODS = ("none", "line", "jax-task", "failed-task")
+BLAME_METHODS = ("none", "line", "jax-task", "failed-task", "hang-stacks")
 CANCEL_EXIT_CODES = (130, 143)  # SIGINT, SIGTERM: Ctrl-C / scancel, or srun stopping the peers of a failed task
 # Classes that no catalogue entry names: how classify ends when nothing matched.
 BUILTIN_POLICIES = {"cancelled": "never", "no-steps": "never", "unknown": "never", "killed-by-signal": "retry"}
@@ -91,6 +91,8 @@ class Failure:
     advice: str = ""
     blame_how: str = ""  # how the host was found, in words
     followers: tuple[str, ...] = field(default_factory=tuple)  # other hosts that failed after it
+    noticed: str = ""  # a hang: where it was noticed (the watchdog's marker), which is not what is blamed
+    waiting: tuple[str, ...] = field(default_factory=tuple)  # a hang: the ranks that wait, and where
 
     @property
     def label(self) -> str:
@@ -460,6 +462,7 @@ _SIGNAME = re.compile(r"SIG[A-Z]+")
 _SIGNAL_WORDS = {"Segmentation fault": "SIGSEGV", "Aborted": "SIGABRT", "Bus error": "SIGBUS",
                  "Floating-point exception": "SIGFPE", "Illegal instruction": "SIGILL", "Killed": "SIGKILL"}  # fmt: skip
 _SIGNAL_WORD = re.compile("|".join(_SIGNAL_WORDS))
+_HANG_LINE = re.compile(r"^\s*(?:(\d+): )?== HANG detected \((.*)\) ==")
 _KILLED_BY = re.compile(r"^(?:\s*\d+: )?\[coredump\] training killed by (SIG[A-Z]+)", re.M)
 
 
@@ -500,11 +503,45 @@ def _detail(sig: Signature, text: str, pos: int, exit_code: int | None) -> str:
     return ""
 
 
-def _failure(sig: Signature, text: str, positions: list[int], exit_code, nodes) -> Failure:
+def _failure(sig: Signature, text: str, positions: list[int], exit_code, nodes, job_dir=None) -> Failure:
+    if sig.blame == "hang-stacks":
+        return _hang_failure(sig, text, positions[0], exit_code, nodes, job_dir)
     host, how, pos, followers = _blame(sig, text, positions, nodes)
     return Failure(
         sig.cls, _detail(sig, text, pos, exit_code), _line_at(text, pos), host, sig.id, sig.source, sig.retry,
         sig.advice, how, followers,
+    )  # fmt: skip
+
+
+def _hang_failure(sig: Signature, text: str, pos: int, exit_code, nodes, job_dir) -> Failure:
+    """A hang, blamed from the stacks the watchdog took (core.hang_stacks): the rank unlike the others. Where
+    the hang was noticed is kept apart (`noticed`); a cause on the node itself (a stopped or D-state process,
+    a node that did not answer) is retried without that node."""
+    from jobkit.core import hang_stacks
+
+    m = _HANG_LINE.match(_line_at(text, pos, 10_000))
+    noticed = ""
+    if m and m.group(1) is not None:  # the log's HANG line: its rank prefix says which rank's watchdog it was
+        n = int(m.group(1))
+        host = nodes[n] if nodes and n < len(nodes) else f"rank {n}"
+        noticed = f"on {host} (rank {n}), {m.group(2)}" if nodes and n < len(nodes) else f"on {host}, {m.group(2)}"
+    elif m:
+        noticed = m.group(2)
+    base = Failure(
+        sig.cls, _detail(sig, text, pos, exit_code), _line_at(text, pos), signature=sig.id, source=sig.source,
+        retry=sig.retry, advice=sig.advice, noticed=noticed,
+    )  # fmt: skip
+    cause = hang_stacks.read(Path(job_dir) / "hang", nodes) if job_dir is not None else None
+    if cause is None:
+        why = "no hang/<host>.txt stacks to read" if job_dir is not None else "the stacks were not read"
+        return replace(base, blame_how=f"nobody: {why}; the rank that noticed the hang is not the one at fault")
+    retry = "retry-without-node" if cause.node_local and cause.host else sig.retry
+    advice = sig.advice
+    if cause.node_local and cause.host:
+        advice = f"the cause is on {cause.host} itself (see blamed because); retry without it and look at that node"
+    return replace(
+        base, host=cause.host, blame_how=cause.because, retry=retry, advice=advice,
+        noticed=cause.noticed or base.noticed, waiting=cause.waiting,
     )  # fmt: skip
 
 
@@ -527,9 +564,11 @@ def classify(
     exit_code: int | None = None,
     has_steps: bool | None = None,
     nodes: list[str] | None = None,
+    job_dir: Path | str | None = None,
 ) -> Failure:
     """Reason a run failed, from its log text plus what the caller knows. NODES (rank order) lets the
-    failure name the host a rank- or task-numbered line blames."""
+    failure name the host a rank- or task-numbered line blames; JOB_DIR (`<log without .log>`) lets a hang
+    be blamed from the stacks in its hang/ dir."""
     catalogue = load_catalogue()
     clean = _blank_benign(text, catalogue.benign)
     cancelled = (status or "").upper() == "CANCELLED"
@@ -546,7 +585,7 @@ def classify(
                            retry=retry_policy("killed-by-signal"))  # fmt: skip
         positions = sig.matches(clean)
         if positions:
-            return _failure(sig, clean, positions, exit_code, nodes)
+            return _failure(sig, clean, positions, exit_code, nodes, job_dir)
     if cancelled or stopped:
         evidence = f"exit code {exit_code}" if exit_code in CANCEL_EXIT_CODES and not cancelled else f"status {status}"
         return Failure("cancelled", evidence=evidence, retry="never", advice="the job was cancelled; nothing failed")

@@ -11,8 +11,9 @@ median step time so far, never less than HANG_TIMEOUT. When it is exceeded:
 
 1. the first watchdog to notice writes <job dir>/hang/HANG (one line: phase, last step, seconds since) and
    prints `== HANG detected (...) ==`; every watchdog polls for that file, so
-2. each node captures its own training process's stacks into <job dir>/hang/<host>.txt (py-spy with
-   native frames, else Python frames only: a stopped process cannot be paused again), then
+2. each node captures its own training process's stacks into <job dir>/hang/<host>.txt (its /proc state and
+   wchan, then py-spy with native frames, else Python frames only: a stopped process cannot be paused
+   again; core.hang_stacks reads them to blame the rank unlike the others), then
 3. with HANG_ACTION=cancel (default) the first watchdog waits until every node's stacks are in (bounded),
    and each watchdog stops its own node's training (TERM, CONT, KILL after a grace), so the allocation is
    not wasted; the job then ends with status HANG. HANG_ACTION=report only records and keeps watching.
@@ -232,7 +233,12 @@ def capture_stacks(pid: int | None, out: Path | None, header: str) -> str:
             )
         except OSError:
             pass
-        lines.append(f"pid {pid}, state {state or 'unknown'}")
+        try:  # the kernel function it sleeps in: for a D state, the file system or driver it waits on
+            wchan = Path(f"/proc/{pid}/wchan").read_text().strip()
+        except OSError:
+            wchan = ""
+        wchan = f", wchan {wchan}" if wchan and wchan != "0" and " " not in wchan else ""
+        lines.append(f"pid {pid}, state {state or 'unknown'}{wchan}")
         ways = [("py-spy --native", ["--native"]), ("py-spy --nonblocking", ["--nonblocking"])]
         if state.startswith("T"):
             ways = ways[1:]  # stopped: py-spy cannot pause it again, so no native frames

@@ -566,6 +566,7 @@ def failure_text(who: str, found: failures.Failure) -> str:
             who,
             found.label,
             f"; evidence: {found.evidence}" if found.evidence else "",
+            f"; noticed: {found.noticed}" if found.noticed else "",  # a hang: where, apart from whom it blames
             host,
             f"; retry: {found.retry_decision}",
         ]

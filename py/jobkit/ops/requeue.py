@@ -153,7 +153,9 @@ def outcome(log: logparse.JobLog, text: str, job_dir: Path) -> failures.Failure 
         stopped = re.search(r"Training stopped: (.*?)\.?$", text, re.M)
         return failures.Failure("stopped-early", stopped.group(1) if stopped else "")
     nodes, _ = logparse.header_nodes(log.header)  # an unexpandable nodelist excludes no host
-    found = failures.classify(text, log.footer_status, log.footer_exit, has_steps=bool(log.entries), nodes=nodes)
+    found = failures.classify(
+        text, log.footer_status, log.footer_exit, has_steps=bool(log.entries), nodes=nodes, job_dir=job_dir
+    )  # a hang is blamed from the stacks in JOB_DIR/hang/ (core.hang_stacks)
     if found.reason == "hang":
         return _unverified("HANG", job_dir, job_id, hang_watchdog.read_marker) or found
     return found

@@ -5,7 +5,7 @@ import json
 
 import click
 
-from jobkit.core import failures, logparse
+from jobkit.core import failures, logparse, metrics_state
 from jobkit.core.commands import load_log
 from jobkit.core.verdict import STATUSES, resolve_status
 from jobkit.ops import coredump
@@ -17,10 +17,16 @@ def _lines(found: failures.Failure) -> list[str]:
     out = [found.label]
     if found.evidence:
         out.append(f"  evidence: {found.evidence}")
+    if found.noticed:  # where a hang was noticed: the rank whose watchdog fired, not the one at fault
+        out.append(f"  noticed: {found.noticed}")
     if found.host:
         out.append(f"  host: {found.host}")
         if found.blame_how:
             out.append(f"  blamed because: {found.blame_how}")
+    elif found.blame_how:  # nobody blamed, and why (a hang whose stacks show no rank unlike the others)
+        out.append(f"  blamed: {found.blame_how}")
+    for waiting in found.waiting:
+        out.append(f"  waiting: {waiting}")
     if found.followers:
         out.append(f"  followers: {', '.join(found.followers)} (failed or were stopped after it)")
     if found.retry:
@@ -40,7 +46,7 @@ def _as_json(found: failures.Failure | None, outcome: str, matched: list | None)
                 "class": found.reason, "detail": found.detail, "evidence": found.evidence, "host": found.host,
                 "blamed_because": found.blame_how, "followers": list(found.followers),
                 "retry": found.retry_decision, "advice": found.advice, "signature": found.signature,
-                "source": found.source,
+                "source": found.source, "noticed": found.noticed, "waiting": list(found.waiting),
             }
         )  # fmt: skip
     if matched is not None:
@@ -81,7 +87,8 @@ def why_command(logfile, status, exit_code, as_json, show_all):
         click.echo(f"{said}: nothing to classify")
         _echo_all(matched)
         return
-    found = failures.classify(text, status, exit_code, has_steps=bool(log.entries), nodes=nodes)
+    job_dir = coredump.job_dir_of(logfile)  # a hang's stacks are in <job dir>/hang/
+    found = failures.classify(text, status, exit_code, has_steps=bool(log.entries), nodes=nodes, job_dir=job_dir)
     if not told and found.reason in ("unknown", "no-steps"):
         if as_json:
             click.echo(_as_json(None, "incomplete", matched))
@@ -93,6 +100,11 @@ def why_command(logfile, status, exit_code, as_json, show_all):
         return
     for line in _lines(found):
         click.echo(line)
+    if found.reason == "hang" and metrics_state.is_tsdb(str(job_dir / "prometheus")):
+        # Reading the TSDB is the analysis layer's (promtool); say where the per-host evidence is.
+        click.echo(
+            f"  metrics: each host's CPU, GPU busy and power and network during the stall: jobkit analyze {logfile}"
+        )
     if not told:
         click.echo(f"  note: {INCOMPLETE}")
     signal_name = found.detail if found.reason == "killed-by-signal" else None
