@@ -717,7 +717,8 @@ def test_two_node_hang_is_told_by_the_monitor_blamed_from_its_stacks_and_requeue
     for expected in [(job_id, "first-step"), (job_id, "hang"), (job_id, "failure"), (job_id, "requeue-failed")]:
         assert expected in kinds, out
     (failure,) = [t for j, k, t in events if (j, k) == (job_id, "failure")]
-    assert "noticed: on node1" in failure and "host: node2 (stacks: node2's training" in failure, failure
+    # either watchdog may notice first (the frozen rank's own sees its stale step too); the stacks blame node2
+    assert re.search(r"noticed: on node[12] ", failure) and "host: node2 (stacks: node2's training" in failure, failure
     assert len(events) == len(set(events)), out  # nothing told twice
     assert any(p.startswith(f"job {job_id}: hang: (tiny 2N) HANG detected — phase training") for p in posts), posts
     assert any(p.startswith(f"job {job_id}: requeue-failed: ") for p in posts), posts
