@@ -81,7 +81,9 @@ def test_plan_takes_devices_init_timeout_and_heartbeat_from_the_run():
     assert plan.kwargs["local_device_ids"] == [0, 1, 2, 3] and not plan.all_devices
     assert plan.kwargs["initialization_timeout"] == 900
     assert plan.kwargs["heartbeat_timeout_seconds"] == 10
-    assert "(JAX_HEARTBEAT_TIMEOUT; not above the hang watchdog's 3670 s: a stalled rank is killed by JAX" in plan.line()
+    assert (
+        "(JAX_HEARTBEAT_TIMEOUT; not above the hang watchdog's 3670 s: a stalled rank is killed by JAX" in plan.line()
+    )
     assert jd.local_devices({"SLURM_STEP_GPUS": "2,3"}) == ([2, 3], False)
     assert jd.local_devices({"CUDA_VISIBLE_DEVICES": "GPU-uuid"}) == (None, False)  # MaxText's fallback
 
