@@ -50,6 +50,8 @@ from jobkit.ops import hang_watchdog
 RETRYABLE = {
     "hang",
     "distributed-timeout",
+    "task-died",
+    "heartbeat-false-positive",
     "collective-error",
     "node-fail",
     "preempted",
@@ -57,7 +59,7 @@ RETRYABLE = {
     "gpu-hardware",
 }
 # Classes whose named host is at fault and should not get the next attempt.
-BLAME_HOST = {"node-fail", "gpu-hardware"}
+BLAME_HOST = {"node-fail", "gpu-hardware", "task-died"}
 CLAIM_FILE = "requeue.json"
 # Where a claim whose submit certainly submitted nothing goes: it no longer blocks, and still says what failed.
 FAILED_FILE = "requeue.failed.json"

@@ -35,8 +35,8 @@ from jobkit.sweep.jobs import ENDED, PENDING, Handle, Outcome, Point, Runner, Su
 from jobkit.sweep.state import INTERRUPTED, Sweep
 
 TRANSIENT = {
-    "distributed-timeout", "collective-error", "killed-by-signal", "node-fail", "preempted", "no-log", "time-limit",
-    "stopped-early",
+    "distributed-timeout", "task-died", "heartbeat-false-positive", "collective-error", "killed-by-signal", "node-fail",
+    "preempted", "no-log", "time-limit", "stopped-early",
 }  # fmt: skip
 CONFIG = {"config-error", "unknown-xla-flag", "python-exception"}
 
