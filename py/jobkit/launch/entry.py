@@ -173,7 +173,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         # After the import (which starts no JAX backend), before MaxText's config does.
         try:
             overrides = [*overrides, *jax_distributed.start(runtime)]
-        except Exception:  # noqa: BLE001  (a coordinator that never answers: the traceback is the evidence)
+        except Exception:  # a coordinator that never answers: the traceback is the evidence
             traceback.print_exc()
             return 1
     return run_train(module, config, overrides)

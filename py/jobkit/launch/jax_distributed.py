@@ -21,6 +21,7 @@ jax is imported only when a runtime is started (the module must import without i
 
 from __future__ import annotations
 
+import inspect
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -135,11 +136,19 @@ def plan(env: Mapping[str, str], config: str | Path, overrides: Sequence[str]) -
 
 def start(the_plan: Plan) -> list[str]:
     """Start JAX's distributed runtime as THE_PLAN says; returns the MaxText overrides that follow from it."""
-    import jax  # noqa: PLC0415  (the training image has it; this module must import without it)
+    import jax  # deferred: the training image has it; this module must import without it
 
     if the_plan.all_devices:
         jax.config.update("jax_cuda_visible_devices", "all")
         jax.config.update("jax_rocm_visible_devices", "all")
+    kwargs = dict(the_plan.kwargs)
     print(the_plan.line(), flush=True)
-    jax.distributed.initialize(**the_plan.kwargs)
+    if "heartbeat_timeout_seconds" not in inspect.signature(jax.distributed.initialize).parameters:
+        # An image with an older JAX: the runtime still starts here, with JAX's own heartbeat.
+        print(
+            f"[launch] warning: this JAX ({jax.__version__}) has no heartbeat_timeout_seconds; its default applies",
+            flush=True,
+        )
+        del kwargs["heartbeat_timeout_seconds"]
+    jax.distributed.initialize(**kwargs)
     return [f"{SKIP_KEY}=true"]
