@@ -14,19 +14,29 @@ from jobkit.core import failures
 
 HEADER = "JOB_ID=500\nJOB_NAME=tiny\nNNODES=2\nJOB_NODELIST=node[1-2]\nMODEL_NAME=tiny\n"
 STEP = "{r}: I1125 10:00:{s:02d}.000000 77 metric_logger.py:265] completed step: {n}, seconds: 0.1, loss: 5.9\n"
-ACCUSE = (
-    "0: E1125 10:01:40.114211 1390 coordination_service.cc:612] UNAVAILABLE: The following tasks are unhealthy"
-    " (stopped sending heartbeats):\n0: 1\n0: The tasks have crashed. Check the task logs for an earlier error,"
-    " or scheduler events (e.g. preemption, eviction) to debug further.\n"
-    "0: F1125 10:01:40.200000 1390 client.cc:77] Terminating process because the JAX distributed service detected"
-    " fatal errors. This most likely indicates that another task died; see the other task logs for more details.\n"
+# JAX 0.12's own text (two local processes, rank 1 SIGSTOPped past a 10 s heartbeat): the coordination service
+# on rank 0 propagates the error, then rank 0's client aborts; the accused task is the bare `1` on the next line.
+TERMINATING = (
+    "F1125 10:01:40.535807   30522 client.h:86] Terminating process because the JAX distributed service detected"
+    " fatal errors. This most likely indicates that another task died; see the other task logs for more details."
+    " Disable Python buffering, i.e. `python -u`, to be sure to see all the previous output. absl::Status:"
+    " UNAVAILABLE: The following tasks are unhealthy (stopped sending heartbeats):\n{r}: 1\n{r}: The tasks have"
+    " crashed. Check the task logs for an earlier error, or scheduler events (e.g. preemption, eviction) to debug"
+    " further.\n{r}: \n{r}: RPC: /xla.coordination.CoordinationService/PollForError"
+    " [type.googleapis.com/tensorflow.CoordinationServiceError='']\n{r}: *** Check failure stack trace: ***\n"
 )
-# What the accused task prints when the service tells it it is in error (it is alive to hear it).
+ACCUSE = (
+    "0: E1125 10:01:40.534589   30511 coordination_service.cc:1518] [6054702144334116172] Use error polling to"
+    " propagate the following error to all tasks: UNAVAILABLE: The following tasks are unhealthy (stopped sending"
+    " heartbeats):\n0: 1\n0: The tasks have crashed. Check the task logs for an earlier error, or scheduler events"
+    " (e.g. preemption, eviction) to debug further. [type.googleapis.com/tensorflow.CoordinationServiceError='']\n"
+    "0: E1125 10:01:40.535652   30522 coordination_service_agent.cc:288] Polled an error from coordination service"
+    " (this can be an error from this or another task).\n0: " + TERMINATING.format(r=0)
+)
+# What the accused task prints when it hears of the error (alive to hear it: late, or woken by a SIGCONT).
 OWN_NOTICE = (
-    "1: E1125 10:01:40.300000 1400 coordination_service_agent.cc:332] Polled an error from coordination service"
-    " (this can be an error from this or another task).\n"
-    "1: F1125 10:01:40.310000 1400 client.cc:77] Terminating process because the JAX distributed service detected"
-    " fatal errors. This most likely indicates that another task died; see the other task logs for more details.\n"
+    "1: E1125 10:01:40.603727   30507 coordination_service_agent.cc:288] Polled an error from coordination service"
+    " (this can be an error from this or another task).\n1: " + TERMINATING.format(r=1)
 )
 TEARDOWN = (
     "srun: error: node1: task 0: Aborted (core dumped)\nsrun: Terminating StepId=500.0\n"
@@ -57,6 +67,7 @@ def test_an_accused_task_that_logged_nothing_after_died_and_is_blamed_with_its_p
     assert got["followers"] == ["node1"]
     assert got["retry"] == "retry-without-node"
     assert got["blamed_because"].startswith("the accused JAX task (a bare 1, 1 line(s) after the message)")
+    assert "30511 coordination_service.cc:1518]" in got["evidence"]  # the coordinator's line, the first
     assert "stopped sending heartbeats" in got["evidence"]
     assert "died or froze" in got["advice"]
 
