@@ -5,6 +5,7 @@ error, or a step, before the job was torn down: it was alive); and a rank killed
 (tests/py/test_failure_proofs.py makes them for real)."""
 
 import json
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -129,3 +130,24 @@ def test_a_bad_accused_key_is_a_catalogue_error(tmp_path):
     local.write_text("version: 1\nsignatures:\n  - id: jax-heartbeat-task-died\n    accused: maybe\n")
     with pytest.raises(failures.CatalogueError, match=r"accused 'maybe' is not one of alive, silent; pick one"):
         failures.load_catalogue(local=local)
+
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "failures"
+
+
+@pytest.mark.parametrize(
+    "name, signature",
+    [
+        ("slurm-2node-rank1-sigkilled.log", "task-killed"),
+        ("slurm-2node-rank1-frozen-past-heartbeat.log", "jax-heartbeat-task-died"),
+    ],
+)
+def test_the_real_two_node_logs_are_task_died_on_node2(name, signature):
+    # Both were taken from tests/py/test_failure_proofs.py's jobs. The first run of those proofs showed two
+    # mistakes these logs now guard: the launch line's "heartbeat timeout 3730 s" read as a heartbeat kill, and
+    # the frozen rank's own abort, printed after srun's teardown woke it, read as a sign it had been alive.
+    got = CliRunner().invoke(main, ["why", "--json", str(FIXTURES / name)])
+    assert got.exit_code == 0, got.output
+    verdict = json.loads(got.stdout)
+    assert (verdict["class"], verdict["signature"], verdict["host"]) == ("task-died", signature, "node2")
+    assert verdict["followers"] == ["node1"]

@@ -71,8 +71,8 @@ class Signature:
                         for m in p.finditer(text)})  # fmt: skip
         if found and any(u.search(text) for u in self.unless):
             return []
-        if self.accused:
-            found = [pos for pos in found if accused_state(text, pos) == self.accused]
+        if found and self.accused and accused_state(text, found[0]) != self.accused:
+            return []  # the first accusation decides: later copies (the accused's own abort) come after it
         return found
 
 
@@ -412,7 +412,7 @@ _OWN_NOTICE = re.compile(r"heartbeat|coordination service|distributed service|co
 # after it is woken by the kill says nothing of its state before.
 _TEARDOWN = re.compile(
     r"^srun: error: \S+: tasks? [\d,-]+:|^(?:[ \t]*\d+: )?NODE_EXIT host=|\*\*\* (?:STEP|JOB) \S+ ON \S+ CANCELLED"
-    r"|^==== JOB SUMMARY",
+    r"|^srun: .*Terminating StepId|^==== JOB SUMMARY",
     re.M,
 )
 
