@@ -1,7 +1,8 @@
 """Issue 22's proofs for heartbeats, on the local Slurm cluster (2 nodes, real MaxText `tiny` jobs): a rank killed
 outright, and a JAX heartbeat that fires on a rank frozen past a short JAX_HEARTBEAT_TIMEOUT. Each waits on the
 log's own lines (a step of rank 1, the job's end), never on a timer, then asks `jobkit why --json` what happened.
-Run with -s to see each job's `jobkit why` and its coordination lines."""
+Run with -s to see each job's `jobkit why` and its coordination lines. Logs of a first run are the fixtures
+tests/fixtures/failures/slurm-2node-rank1-*.log."""
 
 import json
 import os
