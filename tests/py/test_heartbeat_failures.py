@@ -146,6 +146,8 @@ def test_the_real_two_node_logs_are_task_died_on_node2(name, signature):
     # Both were taken from tests/py/test_failure_proofs.py's jobs. The first run of those proofs showed two
     # mistakes these logs now guard: the launch line's "heartbeat timeout 3730 s" read as a heartbeat kill, and
     # the frozen rank's own abort, printed after srun's teardown woke it, read as a sign it had been alive.
+    # Their header's commit subject (the second run's) says 'heartbeat timeout N s' too: provenance is not evidence.
+    assert "heartbeat timeout N s" in (FIXTURES / name).read_text().split("== STAGE TIMEOUTS")[0]
     got = CliRunner().invoke(main, ["why", "--json", str(FIXTURES / name)])
     assert got.exit_code == 0, got.output
     verdict = json.loads(got.stdout)

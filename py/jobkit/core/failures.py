@@ -513,8 +513,18 @@ def _signal_name(number: int) -> str:
         return f"signal {number}"
 
 
+# The job header's provenance (utils/lib/artifact.sh _git_summary): the commit's subject, changed files and the
+# diff against HEAD are the user's text, not the run's ("fix heartbeat timeout" read as a heartbeat kill).
+_PROVENANCE = re.compile(
+    r"^== SOURCE ==\n.*?(?=^== (?!BRANCH ==|COMMIT ==|CHANGED FILES ==|UNTRACKED FILES ==|DIFF AGAINST HEAD ==)|\Z)",
+    re.M | re.S,
+)
+
+
 def _blank_benign(text: str, benign: tuple[re.Pattern[str], ...]) -> str:
-    """TEXT with the lines that match a benign pattern blanked (same length: positions stay)."""
+    """TEXT with the job header's provenance and the lines that match a benign pattern blanked (same length:
+    positions stay)."""
+    text = _PROVENANCE.sub(lambda m: re.sub(r"[^\n]", " ", m.group(0)), text, count=1)
     if not benign:
         return text
     out = []
