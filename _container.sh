@@ -82,6 +82,7 @@ _CONTAINER_ENV_ALLOWLIST=(
   HARDWARE_PEAK_TFLOPS TUNE_PROFILE TUNE_PROFILE_FILE ENABLE_XLA_DUMP CPU_DEVICES_PER_NODE   # training-tier knobs (train_env.sh)
   TRAIN_PYTHON MAXTEXT_FAST_EXIT                # training's interpreter; 0 = let Python exit slowly
   HANG_TIMEOUT HANG_COMPILE_TIMEOUT HANG_STEP_FACTOR HANG_ACTION   # the hang watchdog (py/jobkit/ops/hang_watchdog.py)
+  JAX_HEARTBEAT_TIMEOUT                         # JAX's heartbeat timeout (py/jobkit/core/hang_settings.py)
   COREDUMP COREDUMP_WAIT                        # core limit and where cores go (utils/lib/coredump.sh)
   JOB_UMASK                                     # the mode of what the job writes (utils/lib/workspace.sh)
   PASS_ENV                                      # names of variables that cross by name (see _add_pass_env)

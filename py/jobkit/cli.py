@@ -58,7 +58,7 @@ COMMANDS: CommandTable = {
     ),
     "hang-watchdog": (
         "jobkit.ops.hang_watchdog:command",
-        "Watch this node's training for a hang (settings: HANG_TIMEOUT, HANG_COMPILE_TIMEOUT, HANG_STEP_FACTOR, HANG_ACTION; identity: JOB_ID, NODE_RANK, NNODES from the environment).",
+        "Watch this node's training for a hang (settings: HANG_TIMEOUT, HANG_COMPILE_TIMEOUT, HANG_STEP_FACTOR, HANG_ACTION; JAX_HEARTBEAT_TIMEOUT is checked with them; identity: JOB_ID, NODE_RANK, NNODES from the environment).",
     ),
     "exporter": (
         "jobkit.observe.exporter:command",

@@ -67,7 +67,7 @@ def test_all_lists_every_matching_signature_in_log_order():
 def test_why_says_how_the_host_was_found_and_names_the_followers():
     result = CliRunner().invoke(main, ["why", str(CORPUS / "jax-heartbeat-bare-task-number.log")])
     lines = result.output.splitlines()
-    assert lines[0] == "distributed-timeout"
+    assert lines[0] == "task-died"  # rank 1 logged nothing after it was accused
     assert "  host: gpu02" in lines
     assert (
         "  blamed because: the accused JAX task (a bare 1, 1 line(s) after the message) -> node 2 of JOB_NODELIST"
@@ -75,6 +75,6 @@ def test_why_says_how_the_host_was_found_and_names_the_followers():
     )
     assert "  retry: retry-without-node" in lines
     assert any(line.startswith("  advice: ") for line in lines)
-    assert any(line.startswith("  signature: jax-heartbeat-unhealthy (xla ") for line in lines)
+    assert any(line.startswith("  signature: jax-heartbeat-task-died (xla ") for line in lines)
     got = why_json(CORPUS / "python-exception-kill-on-bad-exit-143.log")
     assert (got["class"], got["host"], got["followers"]) == ("python-exception", "gpu02", ["gpu01"])

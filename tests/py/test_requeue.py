@@ -123,9 +123,9 @@ CORPUS = Path(__file__).resolve().parents[1] / "fixtures" / "failures" / "corpus
         ("ionic-cqe-error", "collective-error", True, ["gpu02"]),  # old: no exclude
         ("nccl-ib-async-port-error", "collective-error", True, ["gpu02"]),  # old: no exclude
         ("nccl-unhandled-system-error", "collective-error", True, []),
-        ("jax-heartbeat-bare-task-number", "distributed-timeout", True, ["gpu02"]),  # old: no exclude
-        ("jax-task-heartbeat-timeout", "distributed-timeout", True, ["gpu03"]),  # old: no exclude
-        ("jax-peer-sigkilled", "distributed-timeout", True, ["gpu02"]),  # old: no exclude
+        ("jax-heartbeat-bare-task-number", "task-died", True, ["gpu02"]),  # old: no exclude
+        ("jax-task-heartbeat-timeout", "task-died", True, ["gpu03"]),  # old: no exclude
+        ("jax-peer-sigkilled", "task-died", True, ["gpu02"]),  # old: no exclude
         ("jax-barrier-timeout-names-the-late-task", "distributed-timeout", True, []),
         ("training-stage-timeout", "stage-timeout", True, []),  # old: never
         ("image-pull-timeout", "stage-timeout", True, []),  # old: never
@@ -134,7 +134,7 @@ CORPUS = Path(__file__).resolve().parents[1] / "fixtures" / "failures" / "corpus
         ("source-checkout-github-500", "source-checkout", True, []),  # old: never
         ("slurm-controller-down", "controller-down", True, []),  # old: never
         ("python-segfault-rank1", "killed-by-signal", True, []),  # old: never; same nodes
-        ("srun-task-killed-silently", "killed-by-signal", True, []),  # old: never
+        ("srun-task-killed-silently", "task-died", True, ["gpu03"]),  # old: never; a SIGKILLed task's node is left out
         ("cleanup-exit-143-after-training-end", "cleanup-after-success", False, []),
         ("rocm-gpu-hang", "gpu-hardware", True, ["gpu02"]),
         ("slurm-node-failure-4node", "node-fail", True, ["gpu03"]),

@@ -37,7 +37,8 @@ CANCEL_EXIT_CODES = (130, 143)  # SIGINT, SIGTERM: Ctrl-C / scancel, or srun sto
 # Classes that no catalogue entry names: how classify ends when nothing matched.
 BUILTIN_POLICIES = {"cancelled": "never", "no-steps": "never", "unknown": "never", "killed-by-signal": "retry"}
 _KEYS = {"id", "class", "patterns", "source", "retry", "blame", "advice", "when_cancelled", "weak", "unless",
-         "detail", "ignore_case", "disabled", "before"}  # fmt: skip
+         "detail", "ignore_case", "disabled", "before", "accused"}  # fmt: skip
+ACCUSED_STATES = ("alive", "silent")  # `accused:` of a JAX message: what the task it accuses did afterwards
 
 
 class CatalogueError(JobkitError):
@@ -61,6 +62,7 @@ class Signature:
     unless: tuple[re.Pattern[str], ...] = ()
     detail: re.Pattern[str] | None = None
     origin: str = ""  # the file it came from
+    accused: str = ""  # alive | silent: counts only where the JAX task its message accuses did that (accused_state)
 
     def matches(self, text: str) -> list[int]:
         """Where any of its patterns matches TEXT, in log order (none when an `unless` pattern is there)."""
@@ -69,6 +71,8 @@ class Signature:
                         for m in p.finditer(text)})  # fmt: skip
         if found and any(u.search(text) for u in self.unless):
             return []
+        if found and self.accused and accused_state(text, found[0]) != self.accused:
+            return []  # the first accusation decides: later copies (the accused's own abort) come after it
         return found
 
 
@@ -156,6 +160,8 @@ def _signature(where: str, raw: dict, origin: str) -> Signature:
     unless = raw.get("unless", [])
     if not isinstance(unless, list):
         raise CatalogueError(f"{where}: unless must be a list of regexes")
+    if raw.get("accused", "") not in ("", *ACCUSED_STATES):
+        raise CatalogueError(f"{where}: accused {raw['accused']!r} is not one of {', '.join(ACCUSED_STATES)}; pick one")
     detail = raw.get("detail")
     detail_re = _compile(where, detail, flags) if detail is not None else None
     if detail_re is not None and detail_re.groups != 1:
@@ -163,7 +169,7 @@ def _signature(where: str, raw: dict, origin: str) -> Signature:
     return Signature(
         raw["id"], cls, tuple(_compile(where, p, flags) for p in patterns), raw["source"].strip(), raw["retry"],
         raw["blame"], raw["advice"].strip(), raw.get("when_cancelled", False), raw.get("weak", False),
-        tuple(_compile(where, p, re.M) for p in unless), detail_re, origin,
+        tuple(_compile(where, p, re.M) for p in unless), detail_re, origin, raw.get("accused", ""),
     )  # fmt: skip
 
 
@@ -372,8 +378,9 @@ def host_in_line(line: str, nodes: list[str] | None = None) -> str | None:
     return _host_and_how(line, nodes)[0]
 
 
-def _accused_task(text: str, pos: int, nodes: list[str] | None) -> tuple[str | None, str]:
-    """The JAX task a coordination message accuses, on its line or the 4 after it, in each format JAX prints."""
+def _accused_number(text: str, pos: int) -> tuple[int | None, str, int]:
+    """(task, form, line offset) of the JAX task a coordination message at POS accuses, on its line or the 4
+    after it, in each format JAX prints; (None, "", 0) when it names none."""
     start = text.rfind("\n", 0, pos) + 1
     lines = text[start : start + 4000].split("\n")[:5]
     prefix = _RANK_PREFIX.match(lines[0])
@@ -386,11 +393,47 @@ def _accused_task(text: str, pos: int, nodes: list[str] | None) -> tuple[str | N
             m, form = _TASK_WORD.search(line), "task {n}"
         if m is None and i:
             m, form = _BARE_NUMBER.search(line), "a bare {n}"
-        if m and nodes and int(m.group(1)) < len(nodes):
-            n = int(m.group(1))
-            where = "on the message's line" if i == 0 else f"{i} line(s) after the message"
-            return nodes[n], f"the accused JAX task ({form.format(n=n)}, {where}) -> node {n + 1} of JOB_NODELIST"
+        if m:
+            return int(m.group(1)), form, i
+    return None, "", 0
+
+
+def _accused_task(text: str, pos: int, nodes: list[str] | None) -> tuple[str | None, str]:
+    """The node of the JAX task a coordination message accuses (_accused_number), and how it was found."""
+    n, form, i = _accused_number(text, pos)
+    if n is not None and nodes and n < len(nodes):
+        where = "on the message's line" if i == 0 else f"{i} line(s) after the message"
+        return nodes[n], f"the accused JAX task ({form.format(n=n)}, {where}) -> node {n + 1} of JOB_NODELIST"
     return None, ""
+
+
+# What shows the accused task was alive after JAX declared it dead: its own coordination-service / heartbeat
+# error (the service told it it was in error; a dead or frozen process says nothing), or a new step.
+_OWN_NOTICE = re.compile(r"heartbeat|coordination service|distributed service|completed step:", re.I)
+# Where the job's tasks start being torn down (srun, our task wrapper, slurmstepd): what a stopped task logs
+# after it is woken by the kill says nothing of its state before.
+_TEARDOWN = re.compile(
+    r"^srun: error: \S+: tasks? [\d,-]+:|^(?:[ \t]*\d+: )?NODE_EXIT host=|\*\*\* (?:STEP|JOB) \S+ ON \S+ CANCELLED"
+    r"|^srun: .*Terminating StepId|^==== JOB SUMMARY",
+    re.M,
+)
+
+
+def accused_state(text: str, pos: int) -> str:
+    """What the JAX task accused by the message at POS (heartbeats) did afterwards, from its `srun -l` rank
+    prefix (one process per node: task N is rank N): `alive` when it logged its own coordination or heartbeat
+    error, or a step, before the job was torn down (then the accusation was likely a false positive: it was
+    slow to heartbeat, not dead); `silent` when it logged nothing of the kind (it died, or was frozen); "" when
+    the message names no task or the log has no rank prefixes to tell."""
+    n, _, _ = _accused_number(text, pos)
+    if n is None or not re.search(rf"^\s*{n}: ", text, re.M):
+        return ""
+    end = text.find("\n", pos)
+    start = len(text) if end < 0 else end + 1
+    teardown = _TEARDOWN.search(text, start)
+    window = text[start : teardown.start() if teardown else len(text)]
+    own = re.compile(rf"^\s*{n}: (.*)$", re.M)
+    return "alive" if any(_OWN_NOTICE.search(m.group(1)) for m in own.finditer(window)) else "silent"
 
 
 def _line_prefix(line: str) -> str:
@@ -473,8 +516,18 @@ def _signal_name(number: int) -> str:
         return f"signal {number}"
 
 
+# The job header's provenance (utils/lib/artifact.sh _git_summary): the commit's subject, changed files and the
+# diff against HEAD are the user's text, not the run's ("fix heartbeat timeout" read as a heartbeat kill).
+_PROVENANCE = re.compile(
+    r"^== SOURCE ==\n.*?(?=^== (?!BRANCH ==|COMMIT ==|CHANGED FILES ==|UNTRACKED FILES ==|DIFF AGAINST HEAD ==)|\Z)",
+    re.M | re.S,
+)
+
+
 def _blank_benign(text: str, benign: tuple[re.Pattern[str], ...]) -> str:
-    """TEXT with the lines that match a benign pattern blanked (same length: positions stay)."""
+    """TEXT with the job header's provenance and the lines that match a benign pattern blanked (same length:
+    positions stay)."""
+    text = _PROVENANCE.sub(lambda m: re.sub(r"[^\n]", " ", m.group(0)), text, count=1)
     if not benign:
         return text
     out = []

@@ -2,6 +2,8 @@
 
   entry       `jobkit launch <config.yml> [key=value ...]`: finds MaxText's train module, runs it, exits fast
               (also `python -m jobkit.launch ...`, through __main__.py)
+  jax_distributed  initialises JAX's distributed runtime for a multi-node run (heartbeat from
+              JAX_HEARTBEAT_TIMEOUT), before MaxText, and tells MaxText to skip its own
   tb_redact   keeps secret-looking config keys (hf_access_token, ...) out of MaxText's TensorBoard text summaries
   mfu         decides once per run whether MFU is reported, and against which peak
   mfu_stream  appends `MFU: X.XX%` to the step lines training prints

@@ -3,12 +3,13 @@
 Its arguments are parsed by hand, not by click: everything after the config goes to MaxText untouched, and
 MaxText's own keys may look like options to a parser.
 
-Steps: decide MFU and say so in one line; wrap stdout/stderr for MFU; import
-MaxText's train module (PyPI `maxtext` or a source tree's `MaxText`); keep secret
-config keys out of its TensorBoard text summaries (tb_redact); run its
-`main` through absl like MaxText's own `__main__` does; then leave with
-os._exit so atexit handlers (JAX distributed shutdown and friends, seen to
-hang for minutes) cannot keep a finished job alive. MAXTEXT_FAST_EXIT=0 opts out.
+Steps: check the settings (jax_distributed.plan); decide MFU and say so in one line; wrap stdout/stderr
+for MFU; import MaxText's train module (PyPI `maxtext` or a source tree's `MaxText`); keep secret config keys
+out of its TensorBoard text summaries (tb_redact); for a multi-node run, start JAX's distributed runtime
+with JAX_HEARTBEAT_TIMEOUT's heartbeat and tell MaxText to skip its own (jax_distributed); run its `main`
+through absl like MaxText's own `__main__` does; then leave with os._exit so atexit handlers (JAX
+distributed shutdown and friends, seen to hang for minutes) cannot keep a finished job alive.
+MAXTEXT_FAST_EXIT=0 opts out.
 """
 
 import importlib
@@ -20,7 +21,8 @@ import traceback
 from collections.abc import Sequence
 
 from jobkit.core.errors import EXIT_SETUP
-from jobkit.launch import mfu, mfu_stream, tb_redact
+from jobkit.core.hang_settings import SettingsError
+from jobkit.launch import jax_distributed, mfu, mfu_stream, tb_redact
 
 # Newest layout first: PyPI maxtext >= 0.2, then source-tree images.
 TRAIN_MODULES = ("maxtext.trainers.pre_train.train", "MaxText.train")
@@ -142,6 +144,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_SETUP
     config, overrides = args[0], args[1:]
 
+    # Settings first: a bad one is one line before anything starts.
+    try:
+        runtime = jax_distributed.plan(os.environ, config, overrides)
+    except (jax_distributed.SetupError, SettingsError) as exc:
+        print(f"jobkit.launch: {exc}", file=sys.stderr)
+        return EXIT_SETUP
+
     setup = mfu.decide(overrides, config)
     print(setup.banner(), flush=True)
     if setup.peak is not None:
@@ -160,6 +169,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
     _point_absl_at(sys.stderr)
+    if runtime is not None:
+        # After the import (which starts no JAX backend), before MaxText's config does.
+        try:
+            overrides = [*overrides, *jax_distributed.start(runtime)]
+        except Exception:  # a coordinator that never answers: the traceback is the evidence
+            traceback.print_exc()
+            return 1
     return run_train(module, config, overrides)
 
 

@@ -18,7 +18,8 @@ median step time so far, never less than HANG_TIMEOUT. When it is exceeded:
    and each watchdog stops its own node's training (TERM, CONT, KILL after a grace), so the allocation is
    not wasted; the job then ends with status HANG. HANG_ACTION=report only records and keeps watching.
 
-HANG_TIMEOUT=off (or 0) turns the watchdog off. Bad settings are one-line errors before training starts
+HANG_TIMEOUT=off (or 0) turns the watchdog off. Bad settings (and a bad JAX_HEARTBEAT_TIMEOUT, whose default
+follows them: core/hang_settings.py) are one-line errors before training starts
 (`jobkit hang-watchdog --check`).
 
 A workspace may be shared with a team (group-writable), so a marker is believed only when this job's own
@@ -31,7 +32,6 @@ Anything else is ignored, and said in the log (`[hang] <host>: ignored ...`). Th
 
 from __future__ import annotations
 
-import math
 import os
 import re
 import signal
@@ -47,6 +47,7 @@ import click
 
 from jobkit.core import clitypes, files, procfs
 from jobkit.core.errors import EXIT_SETTINGS, JobkitError
+from jobkit.core.hang_settings import STACK_WAIT, STOP_GRACE, Settings, SettingsError, heartbeat_timeout
 
 STARTUP, COMPILE, TRAINING = "startup", "compile", "training"
 # Written into the job dir by _job.sbatch when Slurm warns of the time limit: the watchdog TERMs training.
@@ -55,46 +56,6 @@ INIT_MARKER = "After params initialized"  # MaxText prints it once the parameter
 STEP_RE = re.compile(r"completed step: (\d+), seconds: ([0-9.]+)")
 RANK_RE = re.compile(r"^\s*(\d+): ")
 MARKER_NAME = "HANG"
-STACK_WAIT = 60  # seconds the first watchdog waits for every node's stacks before it stops training
-STOP_GRACE = 10  # seconds between TERM and KILL
-
-
-class SettingsError(ValueError):
-    """A HANG_* variable that does not parse; the message names it and the fix."""
-
-
-@dataclass(frozen=True)
-class Settings:
-    floor: float = 300.0  # HANG_TIMEOUT: least seconds without a step once training has started
-    compile_allowance: float = 3600.0  # HANG_COMPILE_TIMEOUT: seconds allowed before the first step
-    factor: float = 10.0  # HANG_STEP_FACTOR: allowed multiple of the median step time
-    action: str = "cancel"  # HANG_ACTION: cancel | report
-    enabled: bool = True
-
-    @classmethod
-    def from_env(cls, env: dict[str, str]) -> Settings:
-        def number(name: str, default: float, allow_off: bool = False, unit: str = " of seconds") -> tuple[float, bool]:
-            raw = env.get(name, "").strip()
-            if not raw:
-                return default, True
-            if allow_off and raw.lower() in ("off", "0", "false", "no"):
-                return default, False
-            try:
-                value = float(raw)
-            except ValueError:
-                value = -1.0
-            if not (math.isfinite(value) and value > 0):  # nan passes `value <= 0`; inf would make no limit
-                hint = ", or off to turn the watchdog off" if allow_off else ""
-                raise SettingsError(f"{name}={raw} is not a positive number{unit}; e.g. {name}={default:g}{hint}")
-            return value, True
-
-        floor, enabled = number("HANG_TIMEOUT", cls.floor, allow_off=True)
-        allowance, _ = number("HANG_COMPILE_TIMEOUT", cls.compile_allowance)
-        factor, _ = number("HANG_STEP_FACTOR", cls.factor, unit="")
-        action = env.get("HANG_ACTION", "").strip().lower() or cls.action
-        if action not in ("cancel", "report"):
-            raise SettingsError(f"HANG_ACTION={env['HANG_ACTION']} is not cancel or report; e.g. HANG_ACTION=cancel")
-        return cls(floor, allowance, factor, action, enabled)
 
 
 @dataclass
@@ -445,7 +406,11 @@ class Watchdog:
 @click.option(
     "--interval", type=clitypes.Seconds(max=3600), default=2.0, show_default=True, help="Seconds between looks."
 )
-@click.option("--check", is_flag=True, help="Only check the HANG_* settings: one line and exit 2 when bad.")
+@click.option(
+    "--check",
+    is_flag=True,
+    help="Only check the HANG_* settings and JAX_HEARTBEAT_TIMEOUT: one line and exit 2 when bad.",
+)
 @click.option(
     "--marker",
     is_flag=True,
@@ -455,7 +420,8 @@ class Watchdog:
 @click.option("--time-limit", is_flag=True, help="Only write --job-dir's time-limit marker (the batch script's).")
 def command(log, job_dir, interval, check, marker, time_limit):
     """Watch this node's training for a hang (settings: HANG_TIMEOUT, HANG_COMPILE_TIMEOUT, HANG_STEP_FACTOR,
-    HANG_ACTION; identity: JOB_ID, NODE_RANK, NNODES from the environment)."""
+    HANG_ACTION; JAX_HEARTBEAT_TIMEOUT is checked with them; identity: JOB_ID, NODE_RANK, NNODES from the
+    environment)."""
     if marker or time_limit:
         job_id = os.environ.get("JOB_ID", "")
         if job_dir is None or not job_id:
@@ -474,6 +440,7 @@ def command(log, job_dir, interval, check, marker, time_limit):
         return
     try:
         settings = Settings.from_env(dict(os.environ))
+        heartbeat_timeout(dict(os.environ))  # JAX's heartbeat follows these settings: checked with them
     except SettingsError as exc:
         raise JobkitError("hang-watchdog", str(exc), EXIT_SETTINGS) from None
     if check:
