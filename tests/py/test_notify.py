@@ -133,6 +133,26 @@ def test_secrets_in_urls_never_reach_the_messages(clean_env):
     assert "127.0.0.1" not in result.output  # the host is no business of the message either
 
 
+def test_apprises_log_records_never_reach_the_processs_other_handlers(clean_env):
+    """A root handler (absl's, a test runner's) would print apprise's records, whose text can hold the URL."""
+    import io
+    import logging
+
+    seen = io.StringIO()
+    handler = logging.StreamHandler(seen)
+    root = logging.getLogger()
+    old_level = root.level
+    root.addHandler(handler)
+    root.setLevel(logging.DEBUG)
+    try:
+        result = run("hi", "--url", "json://user:s3cret@127.0.0.1:9/token123")
+    finally:
+        root.removeHandler(handler)
+        root.setLevel(old_level)
+    assert result.exit_code == 1
+    assert "s3cret" not in seen.getvalue() and "token123" not in seen.getvalue(), seen.getvalue()
+
+
 @pytest.mark.parametrize(
     "url",
     [

@@ -130,6 +130,9 @@ def send(title: str, body: str, targets: Targets, level: str = "info") -> list[s
         "failure": apprise.NotifyType.FAILURE,
     }[level]
     failures = []
+    # apprise's log records may carry a target's URL, secrets and all: they go to our LogCapture only, never on
+    # to whatever handlers the process's root logger has (absl's, a test runner's), which would print them.
+    apprise.logging.getLogger("apprise").propagate = False
     for index, url in enumerate(targets.urls, 1):
         app = apprise.Apprise()
         if not app.add(with_timeouts(url)):
