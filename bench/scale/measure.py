@@ -16,6 +16,7 @@ Not part of CI. Everything is written under WORKDIR.
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import subprocess
@@ -25,7 +26,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-import simulate  # noqa: E402
+simulate = importlib.import_module("simulate")  # bench/scale/simulate.py, beside this file
 
 PYTHON = os.environ.get("SCALE_PYTHON") or sys.executable  # its venv's editable jobkit is the one measured
 LOOK_S = 2.0  # the watchdog's --interval

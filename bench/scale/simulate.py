@@ -29,8 +29,10 @@ HERE = Path(__file__).resolve().parent
 START = 1_764_000_000.0  # absl timestamps carry no year; the log's mtime is set to its end
 NOOP = (
     "[NO-OP] gcs_storage dependency missing; using stubs.",
-    "[transformers] PyTorch was not found. Models won't be available and only tokenizers, configuration and "
-    "file/data utilities can be used.",
+    (
+        "[transformers] PyTorch was not found. Models won't be available and only tokenizers, configuration and "
+        "file/data utilities can be used."
+    ),
     "[NO-OP] mldiagnostics: dependency missing; using stub. (ModuleNotFoundError)",
 )
 CONFIG = {"steps": None, "per_device_batch_size": "4", "max_target_length": "8192", "profiler": "''"}

@@ -150,6 +150,23 @@ def submit_job(env: dict[str, str], *args: str) -> tuple[str, Path]:
     return job_id, log
 
 
+def wait_for(predicate, timeout: float, what: str, poll: float = 0.5):
+    """PREDICATE's first truthy value, polled until TIMEOUT; fails the test naming WHAT. A job's progress is
+    awaited by what its log says, never by a sleep of a guessed length."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = predicate()
+        if found:
+            return found
+        time.sleep(poll)
+    pytest.fail(f"{what}: not within {timeout:.0f}s")
+
+
+def read(path: Path) -> str:
+    """A job log as it is now ("" before it exists; bytes a dying rank cut in half do not fail the read)."""
+    return path.read_text(errors="replace") if path.exists() else ""
+
+
 def cluster_up(nodes: int = NODES) -> LocalCluster:
     """`up -N nodes` (a no-op when already up with that many nodes); returns the cluster."""
     result = script("up", "-N", str(nodes))

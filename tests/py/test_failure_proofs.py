@@ -14,25 +14,11 @@ from pathlib import Path
 
 import pytest
 from job_observation import TRAINING_CMDLINE, live_processes_of
-from slurm_cluster import job_env, local_cluster, submit_job  # noqa: F401  (the session fixture)
+from slurm_cluster import job_env, local_cluster, read, submit_job, wait_for  # noqa: F401  (the session fixture)
 
 REPO = Path(__file__).resolve().parents[2]
 JOBKIT = str(REPO / ".venv" / "bin" / "jobkit")
 pytestmark = pytest.mark.e2e
-
-
-def wait_for(predicate, timeout: float, what: str, poll: float = 0.5):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        found = predicate()
-        if found:
-            return found
-        time.sleep(poll)
-    pytest.fail(f"{what}: not within {timeout:.0f}s")
-
-
-def read(path: Path) -> str:
-    return path.read_text(errors="replace") if path.exists() else ""
 
 
 def training_pids(job_id: str, rank: int) -> list[int]:

@@ -334,21 +334,7 @@ def test_one_host_idle_on_the_cpu_while_the_others_spin_is_named():
 # --------------------------------------------------------------------------------- real jobs on the cluster
 # (imports here, after the unit tests, keep the units runnable without the cluster helpers' set-up cost)
 from job_observation import TRAINING_CMDLINE, live_processes_of  # noqa: E402
-from slurm_cluster import job_env, local_cluster, submit_job  # noqa: E402, F401  (the session fixture)
-
-
-def wait_for(predicate, timeout: float, what: str, poll: float = 0.5):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        found = predicate()
-        if found:
-            return found
-        time.sleep(poll)
-    pytest.fail(f"{what}: not within {timeout:.0f}s")
-
-
-def read(path: Path) -> str:
-    return path.read_text() if path.exists() else ""
+from slurm_cluster import job_env, local_cluster, read, submit_job, wait_for  # noqa: E402, F401  (the session fixture)
 
 
 def training_pid(job_id: str, rank: int) -> int:

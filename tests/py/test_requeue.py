@@ -556,26 +556,12 @@ import time  # noqa: E402
 
 from job_observation import TRAINING_CMDLINE, header, live_processes_of  # noqa: E402
 from prom_query import View, free_port  # noqa: E402
-from slurm_cluster import job_env, local_cluster, submit_job  # noqa: E402, F401  (the session fixture)
+from slurm_cluster import job_env, local_cluster, read, submit_job, wait_for  # noqa: E402, F401  (the session fixture)
 from webhook import Receiver  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 JOBKIT = str(REPO / ".venv" / "bin" / "jobkit")
 CHECKPOINTING = ["enable_checkpointing=true", "async_checkpointing=false"]
-
-
-def wait_for(predicate, timeout: float, what: str, poll: float = 0.5):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        found = predicate()
-        if found:
-            return found
-        time.sleep(poll)
-    pytest.fail(f"{what}: not within {timeout:.0f}s")
-
-
-def read(path: Path) -> str:
-    return path.read_text() if path.exists() else ""
 
 
 def rank0_steps(text: str) -> list[int]:

@@ -362,17 +362,22 @@ def _give_back(job_dir: Path, error: str) -> None:
     os.replace(job_dir / CLAIM_FILE, job_dir / FAILED_FILE)
 
 
-def requeue(log_path: Path, env: dict[str, str], lost: str | None = None) -> tuple[Decision, str | None]:
-    """Decide, claim, submit and record; returns the decision and the new job id (None if not requeued).
-    LOST: the scheduler's end state of a job whose batch host died before writing a JOB SUMMARY (the monitor's
-    requeue, `decide_lost`); None: the batch script's (or a person's) requeue from the log (`decide`)."""
+def _decide_from(log_path: Path, env: dict[str, str], lost: str | None):
+    """(log, job dir, the job's environment, decision): the one reading that requeue and --dry-run share. LOST:
+    the scheduler's end state of a job whose batch host died (`decide_lost`); None: the log decides (`decide`)."""
     log = logparse.load(str(log_path))
     job_dir = log_path.with_suffix("")
     env = job_env(job_dir, env, lost=lost is not None)
     if lost is None:
-        decision = decide(log, failures.read_tail(str(log_path)), env, job_dir)
-    else:
-        decision = decide_lost(log, env, lost)
+        return log, job_dir, env, decide(log, failures.read_tail(str(log_path)), env, job_dir)
+    return log, job_dir, env, decide_lost(log, env, lost)
+
+
+def requeue(log_path: Path, env: dict[str, str], lost: str | None = None) -> tuple[Decision, str | None]:
+    """Decide, claim, submit and record; returns the decision and the new job id (None if not requeued).
+    LOST: the scheduler's end state of a job whose batch host died before writing a JOB SUMMARY (the monitor's
+    requeue, `decide_lost`); None: the batch script's (or a person's) requeue from the log (`decide`)."""
+    log, job_dir, env, decision = _decide_from(log_path, env, lost)
     if not decision.retry:
         return decision, None
     already = _already(job_dir)
@@ -507,13 +512,7 @@ def dry_run_decision(log_path: Path, env: dict[str, str], lost: str | None = Non
     """What `requeue` would decide, claim and submit, without doing any of it: a claim held is named, an
     earlier failed attempt is mentioned; a refused check (the snapshot, the arguments) raises RequeueError, as
     the requeue would."""
-    log = logparse.load(str(log_path))
-    job_dir = log_path.with_suffix("")
-    env = job_env(job_dir, env, lost=lost is not None)
-    if lost is None:
-        decision = decide(log, failures.read_tail(str(log_path)), env, job_dir)
-    else:
-        decision = decide_lost(log, env, lost)
+    log, job_dir, env, decision = _decide_from(log_path, env, lost)
     if not decision.retry:
         return decision
     already = _already(job_dir)
