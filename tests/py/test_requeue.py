@@ -568,6 +568,16 @@ def rank0_steps(text: str) -> list[int]:
     return [int(s) for s in re.findall(r"^0: .*completed step: (\d+),", text, re.M)]
 
 
+def step_or_early_end(log: Path, step: int) -> bool:
+    """True once rank 0 reached STEP; fails the test at once, with the log's tail, if the job hung or ended first."""
+    text = read(log)
+    if (rank0_steps(text) or [0])[-1] >= step:
+        return True
+    if re.search(r"== HANG detected|^Status: ", text, re.M):
+        pytest.fail(f"the job ended or hung before step {step}:\n{text[-4000:]}")
+    return False
+
+
 def next_attempt(log: Path, timeout: float) -> tuple[str, Path]:
     m = wait_for(
         lambda: re.search(r"^== REQUEUED as job (\d+) .*==$", read(log), re.M), timeout, f"{log.name} requeued"
@@ -648,7 +658,8 @@ def test_two_node_hang_is_told_by_the_monitor_blamed_from_its_stacks_and_requeue
     others, and the time-limit test proves a requeued attempt resumes from its checkpoint)."""
     ws = tmp_path / "ws"
     env = job_env(local_cluster, ws, tmp_path / "jax_cache")
-    env.update(HANG_TIMEOUT="5", HANG_STEP_FACTOR="5", MAX_RETRIES="1")
+    # A 30 s floor: under a loaded CI machine a 5 s one saw a healthy step gap as a hang before the freeze.
+    env.update(HANG_TIMEOUT="30", HANG_STEP_FACTOR="5", MAX_RETRIES="1")
     state = tmp_path / "monitor.json"
     with Receiver() as hook:
         job_id, log = submit_job(env, "tiny:hq:", "-N", "2", "--", "steps=40", "checkpoint_period=10", *CHECKPOINTING)
@@ -656,7 +667,7 @@ def test_two_node_hang_is_told_by_the_monitor_blamed_from_its_stacks_and_requeue
         watch = [JOBKIT, "monitor", "--workspace", str(ws), "--state", str(state)]
         monitor = subprocess.Popen([*watch, "--interval", "1", job_id], env=monitor_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)  # fmt: skip
         try:
-            wait_for(lambda: (rank0_steps(read(log)) or [0])[-1] >= 3, 300, "step 3")
+            wait_for(lambda: step_or_early_end(log, 3), 300, "step 3")
             (pid,) = training_pids(job_id, rank=1)
             os.kill(pid, signal.SIGSTOP)
             ended = wait_for(
