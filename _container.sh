@@ -81,6 +81,7 @@ _CONTAINER_ENV_ALLOWLIST=(
   STAGE_TIMEOUTS                                # per-stage timeout overrides
   HARDWARE_PEAK_TFLOPS TUNE_PROFILE TUNE_PROFILE_FILE ENABLE_XLA_DUMP CPU_DEVICES_PER_NODE   # training-tier knobs (train_env.sh)
   TRAIN_PYTHON MAXTEXT_FAST_EXIT                # training's interpreter; 0 = let Python exit slowly
+  LOCAL_WORLD_SIZE                              # processes per node, one per device (py/jobkit/launch/procs.py)
   HANG_TIMEOUT HANG_COMPILE_TIMEOUT HANG_STEP_FACTOR HANG_ACTION   # the hang watchdog (py/jobkit/ops/hang_watchdog.py)
   JAX_HEARTBEAT_TIMEOUT                         # JAX's heartbeat timeout (py/jobkit/core/hang_settings.py)
   COREDUMP COREDUMP_WAIT                        # core limit and where cores go (utils/lib/coredump.sh)

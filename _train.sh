@@ -11,6 +11,8 @@
 # exec'ing it; training's exit status is kept.
 # Beside training, the hang watchdog (jobkit hang-watchdog; HANG_TIMEOUT, HANG_COMPILE_TIMEOUT,
 # HANG_STEP_FACTOR, HANG_ACTION; HANG_TIMEOUT=off turns it off) follows this rank's steps in the job log.
+# LOCAL_WORLD_SIZE=N (>1: a process per device) runs training as N processes on this node through `jobkit procs`
+# (py/jobkit/launch/procs.py: LOCAL_RANK, GLOBAL_RANK, NPROCS; each line behind `[rank<G>]: `).
 # COREDUMP=1 (utils/lib/coredump.sh) raises the core limit, sends cores to <job dir>/cores/ where this node lets
 # it (else says where they go), runs training as a child instead of exec'ing it, and after a crash prints
 # "== CORE DUMP <path> (<size>) ==" (waiting up to COREDUMP_WAIT s while the core grows).
@@ -206,6 +208,11 @@ main() {
   local check=0
   "$python" "$SCRIPT_DIR/py/bin/jobkit" hang-watchdog --check || check=$?
   if (( check == 2 )); then exit 2; fi
+  local per_node_line=""
+  if [[ -n ${LOCAL_WORLD_SIZE:-} && $LOCAL_WORLD_SIZE != 1 ]]; then
+    per_node_line=$("$python" "$SCRIPT_DIR/py/bin/jobkit" procs --check) || exit 2
+    export LOCAL_WORLD_SIZE
+  fi
   if (( check == 0 )); then
     _start_hang_watchdog "$python"
   else
@@ -217,6 +224,9 @@ main() {
   # py/bin/jobkit runs the package from this checkout, so training needs no install of jobkit in an image
   # that mounts the repo; TRAIN_PYTHON still picks the interpreter (the one with MaxText).
   local -a train_cmd=("$python" -u "$SCRIPT_DIR/py/bin/jobkit" launch "$config" "${defaults[@]}" "${MAXTEXT_ARGS[@]}")
+  if [[ -n $per_node_line ]]; then
+    train_cmd=("$python" -u "$SCRIPT_DIR/py/bin/jobkit" procs -- "${train_cmd[@]}")
+  fi
   if coredump_enabled; then
     # The interpreter itself, for `gdb <executable> <core>`: a pyenv shim or a wrapper script on PATH is not it.
     local exe

@@ -118,6 +118,7 @@ main() {
   local check=0
   "$(proc_jobkit "$SCRIPT_DIR")" hang-watchdog --check || check=$?
   (( check != 2 )) || exit 2
+  launch_check_procs "$(proc_jobkit "$SCRIPT_DIR")" "${PASSTHROUGH_ARGS[@]}" || exit 2
   # shellcheck source=utils/lib/coredump.sh
   source "$SCRIPT_DIR/utils/lib/coredump.sh"
   coredump_check || exit 2   # COREDUMP / COREDUMP_WAIT reach the training tier too
@@ -137,7 +138,7 @@ main() {
   exec > >(trap '' INT TERM; exec tee -a "$log_file") 2>&1
   local tee_pid=$!
   print_job_header JOB_ID JOB_NAME NNODES JOB_NODELIST MODEL_NAME MODEL_NAME_ALIAS EXP_TAG PASSTHROUGH_ARGS \
-    JOB_WORKSPACE CONTAINER_RUNTIME RAY
+    JOB_WORKSPACE CONTAINER_RUNTIME RAY LOCAL_WORLD_SIZE
   echo "[run_local] log: $log_file"
 
   local start=$SECONDS rc=0 cancelled=0 train_pid killer_pid="" oom_before

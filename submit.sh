@@ -231,6 +231,7 @@ main() {
   local check=0
   "$(proc_jobkit "$SCRIPT_DIR")" hang-watchdog --check || check=$?
   (( check != 2 )) || exit 2
+  launch_check_procs "$(proc_jobkit "$SCRIPT_DIR")" "${PASSTHROUGH_ARGS[@]}" || exit 2
   # shellcheck source=utils/lib/coredump.sh
   source "$SCRIPT_DIR/utils/lib/coredump.sh"
   coredump_check || exit 2   # COREDUMP / COREDUMP_WAIT reach the training tier too

@@ -28,6 +28,10 @@ COMMANDS: CommandTable = {
         "jobkit.launch.commands:launch_command",
         "Run MaxText training: launch <config.yml> [key=value ...] (arguments reach MaxText untouched).",
     ),
+    "procs": (
+        "jobkit.launch.commands:procs_command",
+        "Run COMMAND as LOCAL_WORLD_SIZE processes on this node, one per device (LOCAL_RANK, GLOBAL_RANK, NPROCS).",
+    ),
     "jobs": (
         "jobkit.ops.jobs:jobs_command",
         "The workspace's jobs, oldest first: id, name, nodes, status, wall time, steady-state TGS/device, attempt, metrics.",

@@ -187,6 +187,32 @@ launch_check_alias_dir() {
   done
 }
 
+# launch_setting NAME ARG...: what the training tier will read for the setting NAME (train_env.sh's
+# train_setting): the environment's value, else the last _env_NAME= among ARGs with one pair of surrounding
+# quotes taken off (_train.sh's _strip_quotes). Prints nothing and returns 1 when neither sets it.
+launch_setting() {
+  local name=$1 arg value found=0
+  shift
+  if [[ -v $name ]]; then printf '%s' "${!name}"; return 0; fi
+  for arg; do
+    if [[ $arg == "_env_$name="* ]]; then value=${arg#*=}; found=1; fi
+  done
+  ((found)) || return 1
+  if [[ ${#value} -ge 2 && ( ($value == \"*\" ) || ($value == \'*\') ) ]]; then value=${value:1:-1}; fi
+  printf '%s' "$value"
+}
+
+# launch_check_procs JOBKIT ARG...: LOCAL_WORLD_SIZE (a process per device, py/jobkit/launch/procs.py), from the
+# environment or an _env_ override, checked before the job exists; exported when given, so the job's header
+# shows it. Returns 2 after the checker's one-line error.
+launch_check_procs() {
+  local jobkit=$1 value
+  shift
+  value=$(launch_setting LOCAL_WORLD_SIZE "$@") || return 0
+  LOCAL_WORLD_SIZE=$value NNODES=1 NODE_RANK=0 "$jobkit" procs --check >/dev/null || return 2
+  export LOCAL_WORLD_SIZE=$value
+}
+
 # _launch_own_uid UID WORKSPACE: UID is this user's, or (running as root: a rootful container) the workspace's owner's.
 _launch_own_uid() {
   [[ $1 == "$EUID" ]] || { (( EUID == 0 )) && [[ $1 == "$(stat -c %u "$2")" ]]; }

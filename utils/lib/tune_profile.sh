@@ -130,26 +130,13 @@ tune_profile_read_file() {
   TUNE_PROFILE_SETTINGS=("${settings[@]}")
 }
 
-# _tune_profile_setting NAME ARG...: what train_env.sh's train_setting will read for NAME: the environment's
-# value, else the last _env_NAME= among ARGs with one pair of surrounding quotes taken off (_train.sh's
-# _strip_quotes). Prints nothing and returns 1 when neither sets it.
-_tune_profile_setting() {
-  local name=$1 arg value found=0
-  shift
-  if [[ -v $name ]]; then printf '%s' "${!name}"; return 0; fi
-  for arg; do
-    if [[ $arg == "_env_$name="* ]]; then value=${arg#*=}; found=1; fi
-  done
-  ((found)) || return 1
-  if [[ ${#value} -ge 2 && ( ($value == \"*\" ) || ($value == \'*\') ) ]]; then value=${value:1:-1}; fi
-  printf '%s' "$value"
-}
-
+# tune_profile_launch_check WORKSPACE ARG...: the launchers' check (reads the settings with launch_args.sh's
+# launch_setting, so that library is sourced first).
 tune_profile_launch_check() {
   local workspace=$1 name file
   shift
-  name=$(_tune_profile_setting TUNE_PROFILE "$@") || name=""
+  name=$(launch_setting TUNE_PROFILE "$@") || name=""
   tune_profile_check_name "${0##*/}: " "$name" || return 2
-  file=$(_tune_profile_setting TUNE_PROFILE_FILE "$@") || file=""
+  file=$(launch_setting TUNE_PROFILE_FILE "$@") || file=""
   [[ -z $file ]] || tune_profile_read_file "${0##*/}: " "$file" "$workspace" || return 2
 }

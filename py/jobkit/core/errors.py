@@ -17,7 +17,7 @@ EXIT_USAGE = 2  # click's own code for a bad option or argument
 # tgs
 EXIT_NO_STEPS = 2  # the log has no step lines
 EXIT_NO_NNODES = 3  # the log has no usable NNODES= header
-# launch
+# launch, procs
 EXIT_SETUP = 2  # no MaxText train module, no config given
 # hang-watchdog
 EXIT_SETTINGS = 2  # a HANG_* setting is not a number
@@ -32,7 +32,7 @@ EXIT_ENGINE = 3  # the container engine is missing or did not answer
 EXIT_STOPPED = 3  # the sweep stopped itself (a policy said so)
 # ray-launch
 EXIT_UNREACHABLE = 75  # EX_TEMPFAIL: no command was started (Ray missing, cluster unreachable)
-# reap
+# reap, procs
 EXIT_CANNOT_RUN = 127  # the shell's code: the command does not exist or cannot be executed
 
 

@@ -1,4 +1,5 @@
-"""`jobkit launch` (the training entry, hand-parsed) and `jobkit mfu` (the detected accelerator's peak): click only."""
+"""`jobkit launch` (the training entry, hand-parsed), `jobkit procs` (a process per device) and `jobkit mfu` (the
+detected accelerator's peak): click only."""
 
 import os
 import sys
@@ -48,3 +49,26 @@ def mfu_command(show_all):
     click.echo("known accelerators (dense TFLOP/s per device):")
     for model in PEAK_TFLOPS:
         click.echo("  " + format_row(model))
+
+
+@click.command("procs", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@click.option("--check", is_flag=True, help="Only check LOCAL_WORLD_SIZE (with NNODES, NODE_RANK); exit 2 if bad.")
+@click.argument("command", nargs=-1, type=click.UNPROCESSED)
+def procs_command(check, command):
+    """Run COMMAND as LOCAL_WORLD_SIZE processes on this node, one per device (LOCAL_RANK, GLOBAL_RANK, NPROCS)."""
+    from jobkit.core.errors import EXIT_CANNOT_RUN, EXIT_SETUP, JobkitError
+    from jobkit.launch import procs
+
+    try:
+        layout = procs.Layout.from_env(os.environ)
+    except procs.LayoutError as exc:
+        raise JobkitError("procs", str(exc), EXIT_SETUP) from exc
+    if check:
+        click.echo(layout.line())
+        return
+    if not command:
+        raise JobkitError("procs", "no command given; usage: jobkit procs -- <command> [args...]", EXIT_SETUP)
+    try:
+        sys.exit(procs.main(command))
+    except OSError as exc:
+        raise JobkitError("procs", f"cannot start {command[0]}: {exc.strerror}", EXIT_CANNOT_RUN) from exc

@@ -16,6 +16,11 @@ CUDA_VISIBLE_DEVICES or SLURM_STEP_GPUS (else every device), and the config's
 MaxText's default, 300 s). A one-node run (NNODES=1, no coordinator) is left to MaxText, unchanged, and so is
 a run that sets skip_jax_distributed_system itself.
 
+With a process per device (LOCAL_WORLD_SIZE > 1, started by `jobkit procs`, launch/procs.py), the runtime is
+always started here, on one node too: NPROCS processes, process id GLOBAL_RANK, and `local_device_ids=[LOCAL_RANK]`:
+JAX uses that one device, while the device variables stay as they are, so the node's other GPUs remain visible to
+the libraries that copy peer to peer between them (expert-parallel dispatch).
+
 jax is imported only when a runtime is started (the module must import without it).
 """
 
@@ -48,6 +53,10 @@ class Plan:
     heartbeat_set: bool = False  # JAX_HEARTBEAT_TIMEOUT gave the heartbeat (else the default rule)
     allowance: int = 0  # the watchdog's allowance the default outlasts
 
+    def _device(self) -> str:
+        ids = self.kwargs.get("local_device_ids")
+        return f" (local device {ids[0]})" if ids and len(ids) == 1 else ""
+
     def line(self) -> str:
         k = self.kwargs
         heartbeat = k["heartbeat_timeout_seconds"]
@@ -61,7 +70,7 @@ class Plan:
         else:
             why = hang_settings.HEARTBEAT_SETTING
         return (
-            f"[launch] JAX distributed: process {k['process_id']} of {k['num_processes']}, coordinator"
+            f"[launch] JAX distributed: process {k['process_id']} of {k['num_processes']}{self._device()}, coordinator"
             f" {k['coordinator_address']}, init timeout {k['initialization_timeout']} s, heartbeat timeout"
             f" {heartbeat} s ({why}); MaxText: {SKIP_KEY}=true"
         )
@@ -105,6 +114,27 @@ def local_devices(env: Mapping[str, str]) -> tuple[list[int] | None, bool]:
     return None, True
 
 
+def process_per_device(env: Mapping[str, str]) -> tuple[int, int, int] | None:
+    """(NPROCS, GLOBAL_RANK, LOCAL_RANK) of a process that `jobkit procs` started (LOCAL_WORLD_SIZE > 1), else
+    None. SetupError when they do not fit together."""
+    per_node = env.get("LOCAL_WORLD_SIZE", "").strip()
+    if per_node in ("", "1"):
+        return None
+    values = []
+    for name in ("NPROCS", "GLOBAL_RANK", "LOCAL_RANK"):
+        raw = env.get(name, "").strip()
+        if not (raw.isascii() and raw.isdigit()):
+            raise SetupError(f"{name}={raw} is not set to a whole number; start training through `jobkit procs`")
+        values.append(int(raw))
+    nprocs, global_rank, local_rank = values
+    if not (per_node.isascii() and per_node.isdigit()) or not (local_rank < int(per_node) and global_rank < nprocs):
+        raise SetupError(
+            f"LOCAL_RANK={local_rank}, GLOBAL_RANK={global_rank} do not fit LOCAL_WORLD_SIZE={per_node},"
+            f" NPROCS={nprocs}; start training through `jobkit procs`"
+        )
+    return nprocs, global_rank, local_rank
+
+
 def plan(env: Mapping[str, str], config: str | Path, overrides: Sequence[str]) -> Plan | None:
     """The runtime to start for this run, or None where MaxText keeps doing it (one node, no coordinator, or
     skip_jax_distributed_system given). SetupError / hang_settings.SettingsError for a bad setting."""
@@ -114,7 +144,10 @@ def plan(env: Mapping[str, str], config: str | Path, overrides: Sequence[str]) -
         return None
     if not (nnodes.isascii() and nnodes.isdigit()) or int(nnodes) < 1:
         raise SetupError(f"NNODES={nnodes} is not a node count; start training through submit.sh or run_local.sh")
-    if int(nnodes) == 1 or not ip:
+    per_device = process_per_device(env)
+    if per_device is not None and not ip:
+        raise SetupError("LOCAL_WORLD_SIZE > 1 with no JAX_COORDINATOR_IP; start training through `jobkit procs`")
+    if (int(nnodes) == 1 and per_device is None) or not ip:
         return None
     if not (rank.isascii() and rank.isdigit() and int(rank) < int(nnodes)):
         raise SetupError(f"NODE_RANK={rank} is not a rank below NNODES={nnodes}; start training through submit.sh")
@@ -122,10 +155,14 @@ def plan(env: Mapping[str, str], config: str | Path, overrides: Sequence[str]) -
         raise SetupError(f"JAX_COORDINATOR_PORT={port} is not a port; submit.sh's batch script picks one, or unset it")
     heartbeat, heartbeat_set = hang_settings.heartbeat_timeout(dict(env))
     devices, all_devices = local_devices(env)
+    processes, process_id = int(nnodes), int(rank)
+    if per_device is not None:
+        processes, process_id, local = per_device
+        devices, all_devices = [local], False
     kwargs = {
         "coordinator_address": f"{ip}:{port}",
-        "num_processes": int(nnodes),
-        "process_id": int(rank),
+        "num_processes": processes,
+        "process_id": process_id,
         "initialization_timeout": init_timeout(config, overrides),
         "heartbeat_timeout_seconds": heartbeat,
         "local_device_ids": devices,
