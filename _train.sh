@@ -87,6 +87,23 @@ _start_hang_watchdog() {
   echo "[_train] hang watchdog: pid $! (HANG_TIMEOUT=${HANG_TIMEOUT:-300} s floor, before step 0 ${HANG_COMPILE_TIMEOUT:-3600} s, x${HANG_STEP_FACTOR:-10} median step, HANG_ACTION=${HANG_ACTION:-cancel})"
 }
 
+# A process per device (LOCAL_WORLD_SIZE): `auto` becomes one per GPU this process may use (1 on a CPU node).
+# More processes than usable GPUs would leave one without its device (JAX fails on a local_device_ids entry that
+# does not exist, after minutes of start-up on a big node), so that is a one-line error here, before training.
+_train_resolve_procs() {
+  [[ -n ${LOCAL_WORLD_SIZE:-} ]] || return 0
+  local gpus
+  gpus=$(count_visible_gpus "$GPU_VENDOR")
+  if [[ $LOCAL_WORLD_SIZE == auto ]]; then
+    LOCAL_WORLD_SIZE=$(( gpus > 0 ? gpus : 1 ))
+    echo "[_train] LOCAL_WORLD_SIZE=auto: $LOCAL_WORLD_SIZE (usable GPUs on this node: $gpus)"
+  elif [[ $LOCAL_WORLD_SIZE =~ ^[0-9]+$ ]] && (( gpus > 0 && 10#$LOCAL_WORLD_SIZE > gpus )); then
+    echo "$_PROG: LOCAL_WORLD_SIZE=$LOCAL_WORLD_SIZE is more processes than the $gpus $GPU_VENDOR GPU(s) this node lets training use; set LOCAL_WORLD_SIZE=$gpus (or auto)" >&2
+    return 1
+  fi
+  return 0
+}
+
 # _train_keeping_cores CMD...: runs training as a child, so that this shell outlives it to put core_pattern
 # back and find the core. TERM/INT given to this shell (a stop by PID, PID 1 of a container) reach training.
 _train_keeping_cores() {
@@ -209,6 +226,7 @@ main() {
   "$python" "$SCRIPT_DIR/py/bin/jobkit" hang-watchdog --check || check=$?
   if (( check == 2 )); then exit 2; fi
   local per_node_line=""
+  _train_resolve_procs || exit 2
   if [[ -n ${LOCAL_WORLD_SIZE:-} && $LOCAL_WORLD_SIZE != 1 ]]; then
     per_node_line=$("$python" "$SCRIPT_DIR/py/bin/jobkit" procs --check) || exit 2
     export LOCAL_WORLD_SIZE

@@ -32,3 +32,20 @@ count_gpus() {
   esac
   echo "$count"
 }
+
+# count_visible_gpus VENDOR prints how many of the node's GPUs this process may use: count_gpus, or fewer when
+# the vendor's visibility variable lists fewer (CUDA_VISIBLE_DEVICES; HIP_ or ROCR_VISIBLE_DEVICES on AMD).
+count_visible_gpus() {
+  local count listed var
+  count=$(count_gpus "$1")
+  case $1 in
+    amd) var=${HIP_VISIBLE_DEVICES-${ROCR_VISIBLE_DEVICES-}} ;;
+    nvidia) var=${CUDA_VISIBLE_DEVICES-} ;;
+    *) echo "$count"; return 0 ;;
+  esac
+  if [[ -n $var ]]; then
+    listed=$(tr ',' '\n' <<<"$var" | grep -c .)
+    (( listed < count )) && count=$listed
+  fi
+  echo "$count"
+}

@@ -202,14 +202,15 @@ launch_setting() {
   printf '%s' "$value"
 }
 
-# launch_check_procs JOBKIT ARG...: LOCAL_WORLD_SIZE (a process per device, py/jobkit/launch/procs.py), from the
-# environment or an _env_ override, checked before the job exists; exported when given, so the job's header
-# shows it. Returns 2 after the checker's one-line error.
+# launch_check_procs JOBKIT ARG...: LOCAL_WORLD_SIZE (a process per device, py/jobkit/launch/procs.py; a count or
+# auto), from the environment or an _env_ override, checked before the job exists; exported when given, so the
+# job's header shows it. Returns 2 after the checker's one-line error.
 launch_check_procs() {
   local jobkit=$1 value
   shift
   value=$(launch_setting LOCAL_WORLD_SIZE "$@") || return 0
-  LOCAL_WORLD_SIZE=$value NNODES=1 NODE_RANK=0 "$jobkit" procs --check >/dev/null || return 2
+  # auto (one per usable GPU) is resolved on each node by _train.sh, where the GPUs are.
+  [[ $value == auto ]] || LOCAL_WORLD_SIZE=$value NNODES=1 NODE_RANK=0 "$jobkit" procs --check >/dev/null || return 2
   export LOCAL_WORLD_SIZE=$value
 }
 

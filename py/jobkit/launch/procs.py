@@ -66,11 +66,10 @@ class Layout:
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> Layout:
-        per_node = _whole(env, SETTING, "1", f"set 1..{MAX_PER_NODE} (one per GPU: the node's GPU count)")
+        per_node = _whole(env, SETTING, "1", f"set 1..{MAX_PER_NODE} or auto (one per GPU)")
         if not 1 <= per_node <= MAX_PER_NODE:
             raise LayoutError(
-                f"{SETTING}={per_node} is not a process count per node; set 1..{MAX_PER_NODE} (one per GPU: the"
-                " node's GPU count)"
+                f"{SETTING}={per_node} is not a process count per node; set 1..{MAX_PER_NODE} or auto (one per GPU)"
             )
         nnodes = _whole(env, "NNODES", "1", "start training through submit.sh or run_local.sh")
         node_rank = _whole(env, "NODE_RANK", "0", "start training through submit.sh or run_local.sh")
@@ -98,7 +97,7 @@ class Layout:
     def line(self) -> str:
         first, last = self.global_rank(0), self.global_rank(self.per_node - 1)
         return (
-            f"[procs] {self.per_node} processes on node {self.node_rank} ({host()}):"
+            f"[procs] {self.per_node} process{'es' if self.per_node > 1 else ''} on node {self.node_rank} ({host()}):"
             f" global ranks {first}-{last} of NPROCS={self.nprocs} ({SETTING}={self.per_node})"
         )
 
