@@ -266,7 +266,11 @@ def format_table(jobs: list[Job]) -> str:
 @click.option("--why", "show_why", is_flag=True, help="Under the table, each failed job's retry decision and advice.")
 def jobs_command(ws, model, last, as_json, show_why):
     """The workspace's jobs, oldest first: id, name, nodes, status, wall time, steady-state TGS/device, attempt,
-    metrics, and for a job that did not succeed `jobkit why`'s class and blamed host (WHY: `oom@node1`)."""
+    metrics, why (a failed job's class@host).
+
+    WHY is `jobkit why`'s class and blamed host (`oom@node1`) for a job that did not succeed, `-` for one that
+    did or stopped early, `?` when it cannot be said (an unreadable log); --why and --json add the retry
+    decision and the advice."""
     try:
         logs = job_logs(workspace(ws))
     except JobsError as exc:
