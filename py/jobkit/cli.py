@@ -34,7 +34,8 @@ COMMANDS: CommandTable = {
     ),
     "jobs": (
         "jobkit.ops.jobs:jobs_command",
-        "The workspace's jobs, oldest first: id, name, nodes, status, wall time, steady-state TGS/device, attempt, metrics.",
+        "The workspace's jobs, oldest first: id, name, nodes, status, wall time, steady-state TGS/device, attempt, "
+        "metrics, why (a failed job's class@host).",
     ),
     "tail": (
         "jobkit.ops.jobs:tail_command",

@@ -43,7 +43,7 @@ def test_jobs_table_lists_every_job_oldest_first_with_status_wall_and_tgs(worksp
     result = run("jobs", "--workspace", str(workspace))
     assert result.exit_code == 0, result.output
     lines = result.output.splitlines()
-    assert lines[0].split() == ["JOB", "NAME", "NODES", "STATUS", "WALL", "TGS/device", "TRY", "METRICS"]
+    assert lines[0].split() == ["JOB", "NAME", "NODES", "STATUS", "WALL", "TGS/device", "TRY", "METRICS", "WHY"]
     rows = [line.split() for line in lines[1:]]
     assert [r[0] for r in rows] == ["local_20261122_054800_ab12", "31", "local_20261122_055000_ef56"]
     assert [r[3] for r in rows] == ["SUCCESS", "STOPPED", "FAILED"]
@@ -53,6 +53,11 @@ def test_jobs_table_lists_every_job_oldest_first_with_status_wall_and_tgs(worksp
     assert rows[0][5] in tgs_line, "the same steady-state TGS as the end-of-run line"
     assert [r[6] for r in rows] == ["-", "-", "-"], "never to be requeued"
     assert [r[7] for r in rows] == ["-", "-", "-"], "no RAY=1, no metrics asked for"
+    assert rows[0][8] == rows[1][8] == "-", "a success and an early stop: nothing to classify"
+    why = json.loads(
+        run("why", "--json", str(workspace / "local_20261122_055000_ef56-JAX-tiny-no_such_key_1.log")).output
+    )
+    assert rows[2][8] == why["class"] != "-", "the failed config: jobkit why's class"
 
 
 def test_jobs_shows_each_attempt_of_a_requeued_job(workspace):
@@ -208,6 +213,7 @@ def test_an_unreadable_log_is_one_row_and_the_others_are_listed(workspace):
         ("31", "unreadable"),
         ("local_20261122_055000_ef56", "FAILED"),
     ]
+    assert rows[1][-1] == "?", "nothing can be said of why it ended"
 
 
 @NEEDS_ROOT

@@ -2,7 +2,9 @@
 
 A job is its log, `<workspace>/<JOB_ID>-<JOB_NAME>.log`, written by run_local.sh and submit.sh alike; what the
 table shows comes from that log alone (header, step lines, JOB SUMMARY), so it works on a login node with no
-scheduler access and for jobs of any age. A job is named on the command line by `latest`, its id (matched whole),
+scheduler access and for jobs of any age. A job that did not succeed gets `jobkit why`'s verdict (its class and
+blamed host, `hang@node2`; its retry decision and advice with --why and in --json), from the log's tail (the
+read that finds the wall time, so no second read of a big log) with its step lines thinned first (_thin_steps). A job is named on the command line by `latest`, its id (matched whole),
 a leading part of its id up to a '_', a unique part of its name, or its log / job dir path (resolve). A log that
 cannot be read is a row that says so in `jobs`, and one line from `tail`.
 """
@@ -22,6 +24,8 @@ import click
 from jobkit.core import failures, logparse, metrics_state, tgs
 from jobkit.core.errors import JobkitError
 from jobkit.core.paths import workspace, workspace_problem
+from jobkit.core.verdict import resolve_status
+from jobkit.ops import coredump
 
 _WALL = re.compile(r"^\s*Wall:\s*(?P<wall>.+?)\s*$", re.M)
 _JOB_LOG = re.compile(r"^(?P<id>(?:local_\d{8}_\d{6}_[0-9a-f]{4}|\d+(?:_\d+)?))-(?P<name>.+)\.log$")
@@ -49,6 +53,8 @@ class Job:
     retry_of: str = ""  # the attempt before it (RETRY_OF)
     metrics: str = "-"  # RAY=1's metrics: on, off, ? (running, no TSDB yet), - (not asked); core.metrics_state
     metrics_off_why: str | None = None  # why they were off (the log's reason, else that it gave none)
+    why: str = "-"  # `jobkit why`'s class@host for a job that failed; `-` nothing to classify; `?` unreadable
+    failure: dict | None = None  # that verdict whole (class, host, blamed_because, retry, advice, ...); --json
 
     @property
     def tries(self) -> str:
@@ -82,13 +88,16 @@ def job_logs(ws: Path) -> list[Path]:
     return sorted(logs, key=lambda p: p.stat().st_mtime)
 
 
-def read_job(path: Path) -> Job:
-    """The job LOG records; OSError when it cannot be read (the dashboard makes that a row of its own)."""
+def read_job(path: Path, why: bool = False) -> Job:
+    """The job LOG records; OSError when it cannot be read (the dashboard makes that a row of its own). WHY:
+    also `jobkit why`'s verdict on a job that did not succeed (classify_job), from the same tail read."""
     parsed = logparse.parse_ends(str(path), tgs.steps_needed())  # header, steady window, end: not a whole big log
     m = _JOB_LOG.match(path.name)
     header = parsed.header
     status = parsed.footer_status or "no summary"
-    wall_match = _WALL.search(failures.read_tail(str(path))) if parsed.footer_status else None
+    asked = why and _to_classify(parsed)
+    tail = failures.read_tail(str(path)) if parsed.footer_status or asked else ""  # read once for both
+    wall_match = _WALL.search(tail) if parsed.footer_status else None
     value = None
     if parsed.entries:
         summary = tgs.summarize(parsed)
@@ -111,7 +120,76 @@ def read_job(path: Path) -> Job:
         header.get("RETRY_OF", ""),
         obs.word,
         obs.reason if obs.off else None,
+        *(_verdict(path, parsed, tail) if asked else ("-", None)),
     )
+
+
+def _verdict(path: Path, parsed: logparse.JobLog, tail: str) -> tuple[str, dict | None]:
+    """classify_job, or `?` with the problem (`error`, one line) when it cannot be had: the row goes on."""
+    try:
+        return classify_job(path, parsed, tail)
+    except failures.CatalogueError as exc:  # the same for every row: jobs_command says it once
+        return "?", {"error": exc.format_message()}
+    except (OSError, UnicodeError) as exc:  # the job dir's hang stacks, say: this row only
+        return "?", {"error": f"cannot classify {path}: {getattr(exc, 'strerror', None) or exc}; jobkit why {path}"}
+
+
+def _to_classify(parsed: logparse.JobLog) -> bool:
+    """Whether `jobkit why` would classify this job: not one that succeeded or stopped early with exit 0."""
+    resolved = resolve_status(None, parsed.footer_exit, parsed)
+    return not (resolved in ("SUCCESS", "STOPPED") and parsed.footer_exit in (0, None))
+
+
+def classify_job(path: Path, parsed: logparse.JobLog, tail: str) -> tuple[str, dict | None]:
+    """(`class@host`, the verdict as a dict) for the job whose log PATH parsed as PARSED and ends with TAIL, as
+    `jobkit why PATH` gives it: the JOB SUMMARY's exit code, the header's nodes, the job dir's hang stacks. A
+    log with no JOB SUMMARY whose tail names no cause (a running job, most likely) is `-`, as why's
+    `incomplete`. OSError when the job dir's files cannot be read; a CatalogueError for a bad catalogue."""
+    found = failures.classify(
+        _thin_steps(tail),
+        None,
+        parsed.footer_exit,
+        has_steps=bool(parsed.entries),
+        nodes=logparse.header_nodes(parsed.header)[0],
+        job_dir=coredump.job_dir_of(path),
+    )
+    if parsed.footer_exit is None and not parsed.footer_status and found.reason in ("unknown", "no-steps"):
+        return "-", None
+    verdict = {
+        "class": found.reason, "detail": found.detail, "host": found.host, "blamed_because": found.blame_how,
+        "retry": found.retry_decision, "advice": found.advice, "evidence": found.evidence,
+    }  # fmt: skip
+    return (f"{found.reason}@{found.host}" if found.host else found.reason), verdict
+
+
+_STEP = "completed step:"
+_RANK = re.compile(r"\s*\d+: ")  # an `srun -l` rank prefix
+
+
+def _thin_steps(text: str) -> str:
+    """TEXT with each run of step lines cut to each rank's first and last step line in that run.
+
+    Step lines are most of a big log's tail, no catalogue entry matches one, and classify reads them only to
+    see whether a rank logged a step at all after a line (a JAX accusation: accused_state): what each rank
+    logged first and last in a run keeps that, and every other line and its neighbours stay as they were.
+    Every pattern of the catalogue scans the whole text, so this is what makes a 4 MiB tail take
+    milliseconds instead of seconds (hundreds of failed jobs in one table). tests/py/test_jobs_why.py checks
+    that the verdict is `jobkit why`'s on every log of the failure corpus."""
+    lines = text.split("\n")
+    keep: list[int] = []
+    run: dict[str, list[int]] = {}  # rank prefix -> [first, last] line index in the current run
+    for i, line in enumerate(lines):
+        if _STEP in line:
+            m = _RANK.match(line)
+            ends = run.setdefault(m.group(0) if m else "", [i, i])
+            ends[1] = i
+            continue
+        if run:
+            keep.extend(sorted({i for ends in run.values() for i in ends}))
+            run = {}
+        keep.append(i)
+    keep.extend(sorted({i for ends in run.values() for i in ends}))
+    return text if len(keep) == len(lines) else "\n".join(lines[i] for i in keep)
 
 
 def unreadable_job(path: Path) -> Job:
@@ -121,7 +199,9 @@ def unreadable_job(path: Path) -> Job:
         modified = path.lstat().st_mtime
     except OSError:
         modified = 0.0
-    return Job(m.group("id"), m.group("name"), "?", "?", "unreadable", "-", None, str(path), modified, metrics="?")
+    return Job(
+        m.group("id"), m.group("name"), "?", "?", "unreadable", "-", None, str(path), modified, metrics="?", why="?"
+    )
 
 
 def _count(value: str | None, default: int) -> int:
@@ -172,8 +252,8 @@ def _tgs_text(value: float | None) -> str:
 
 
 def format_table(jobs: list[Job]) -> str:
-    rows = [("JOB", "NAME", "NODES", "STATUS", "WALL", "TGS/device", "TRY", "METRICS")]
-    rows += [(j.job_id, j.name, j.nodes, j.status, j.wall, _tgs_text(j.tgs), j.tries, j.metrics) for j in jobs]
+    rows = [("JOB", "NAME", "NODES", "STATUS", "WALL", "TGS/device", "TRY", "METRICS", "WHY")]
+    rows += [(j.job_id, j.name, j.nodes, j.status, j.wall, _tgs_text(j.tgs), j.tries, j.metrics, j.why) for j in jobs]
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows)
 
@@ -182,17 +262,28 @@ def format_table(jobs: list[Job]) -> str:
 @click.option("--workspace", "ws", help="Where the job logs are (default $JOB_WORKSPACE, else <repo>/outputs).")
 @click.option("--model", help="Only this model's jobs (MODEL_NAME in the log header).")
 @click.option("--last", type=click.IntRange(1), help="Only the N newest jobs.")
-@click.option("--json", "as_json", is_flag=True, help="One JSON object per job, one per line.")
-def jobs_command(ws, model, last, as_json):
-    """The workspace's jobs, oldest first: id, name, nodes, status, wall time, steady-state TGS/device, attempt, metrics."""
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per job, one per line (failure: jobkit why's).")
+@click.option("--why", "show_why", is_flag=True, help="Under the table, each failed job's retry decision and advice.")
+def jobs_command(ws, model, last, as_json, show_why):
+    """The workspace's jobs, oldest first: id, name, nodes, status, wall time, steady-state TGS/device, attempt,
+    metrics, why (a failed job's class@host).
+
+    WHY is `jobkit why`'s class and blamed host (`oom@node1`) for a job that did not succeed, `-` for one that
+    did or stopped early, `?` when it cannot be said (an unreadable log); --why and --json add the retry
+    decision and the advice."""
     try:
         logs = job_logs(workspace(ws))
     except JobsError as exc:
         raise JobkitError("jobs", str(exc)) from None
     found = []
+    said: set[str] = set()
     for path in logs:
         try:
-            found.append(read_job(path))
+            found.append(read_job(path, why=True))
+            problem = (found[-1].failure or {}).get("error")
+            if problem and problem not in said:  # a bad catalogue is said once, not once per failed job
+                said.add(problem)
+                click.echo(f"jobkit jobs: {problem}; its WHY says ?", err=True)
         except OSError as exc:  # one unreadable log is one row that says so, not the end of the list
             click.echo(f"jobkit jobs: cannot read {path}: {exc.strerror or exc}; its row says unreadable", err=True)
             found.append(unreadable_job(path))
@@ -208,6 +299,12 @@ def jobs_command(ws, model, last, as_json):
         for job in found:  # the table says `off`; why, one line each, where a person reads it and a parser does not
             if job.metrics_off_why:
                 click.echo(f"jobkit jobs: job {job.job_id}: RAY=1 but metrics off: {job.metrics_off_why}", err=True)
+        if show_why:
+            for job in found:
+                if job.failure and "advice" in job.failure:
+                    click.echo(
+                        f"{job.job_id}  {job.why}  retry: {job.failure['retry']}  advice: {job.failure['advice']}"
+                    )
     else:
         click.echo(f"no jobs in {workspace(ws)}" + (f" for model {model}" if model else ""), err=True)
 
