@@ -225,11 +225,12 @@ main() {
   local check=0
   "$python" "$SCRIPT_DIR/py/bin/jobkit" hang-watchdog --check || check=$?
   if (( check == 2 )); then exit 2; fi
-  local per_node_line=""
+  local per_device=0
   _train_resolve_procs || exit 2
   if [[ -n ${LOCAL_WORLD_SIZE:-} && $LOCAL_WORLD_SIZE != 1 ]]; then
-    per_node_line=$("$python" "$SCRIPT_DIR/py/bin/jobkit" procs --check) || exit 2
+    "$python" "$SCRIPT_DIR/py/bin/jobkit" procs --check >/dev/null || exit 2
     export LOCAL_WORLD_SIZE
+    per_device=1
   fi
   if (( check == 0 )); then
     _start_hang_watchdog "$python"
@@ -242,7 +243,7 @@ main() {
   # py/bin/jobkit runs the package from this checkout, so training needs no install of jobkit in an image
   # that mounts the repo; TRAIN_PYTHON still picks the interpreter (the one with MaxText).
   local -a train_cmd=("$python" -u "$SCRIPT_DIR/py/bin/jobkit" launch "$config" "${defaults[@]}" "${MAXTEXT_ARGS[@]}")
-  if [[ -n $per_node_line ]]; then
+  if (( per_device )); then
     train_cmd=("$python" -u "$SCRIPT_DIR/py/bin/jobkit" procs -- "${train_cmd[@]}")
   fi
   if coredump_enabled; then

@@ -34,14 +34,15 @@ for lws in $((gpus + 1)) auto; do
 done
 
 echo "== 3. jobkit procs + JAX's runtime, LOCAL_WORLD_SIZE=$gpus, then more processes than GPUs"
-probe='import os, jax
+probe='import os, sys, jax
+sys.path.insert(0, os.environ["REPO_PY"])
 from jobkit.launch import jax_distributed as jd
 plan = jd.plan(os.environ, "none.yml", ["jax_distributed_initialization_timeout=60"])
 plan and jd.start(plan)
 print("process", jax.process_index(), "of", jax.process_count(), "local", jax.local_devices(), "global", len(jax.devices()))'
 for lws in "$gpus" $((gpus + 1)) $((gpus + 2)); do
   echo "-- LOCAL_WORLD_SIZE=$lws"
-  LOCAL_WORLD_SIZE=$lws NNODES=1 NODE_RANK=0 PYTHONPATH=$REPO/py timeout 300 \
+  LOCAL_WORLD_SIZE=$lws NNODES=1 NODE_RANK=0 REPO_PY=$REPO/py timeout 300 \
     "$PY" "$REPO/py/bin/jobkit" procs -- "$PY" -c "$probe" 2>&1 | grep -Ev "^\[rank[0-9]+\]: [IW][0-9]{4} " | tail -12
   echo "exit ${PIPESTATUS[0]}"
 done

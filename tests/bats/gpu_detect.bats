@@ -30,3 +30,14 @@ setup() {
   GPU_DETECT_ROOT=$BATS_TEST_TMPDIR
   [ "$(detect_gpu_vendor)" = none ]
 }
+
+@test "usable GPUs: the node's count, narrowed by the vendor's visibility variable, never widened" {
+  GPU_DETECT_ROOT=$FIX/h100
+  [ "$(CUDA_VISIBLE_DEVICES= count_visible_gpus nvidia)" -eq 2 ]
+  [ "$(CUDA_VISIBLE_DEVICES=1 count_visible_gpus nvidia)" -eq 1 ]
+  [ "$(CUDA_VISIBLE_DEVICES=0,1,2,3 count_visible_gpus nvidia)" -eq 2 ]
+  GPU_DETECT_ROOT=$FIX/mi300x
+  [ "$(HIP_VISIBLE_DEVICES=0 count_visible_gpus amd)" -eq 1 ]
+  [ "$(ROCR_VISIBLE_DEVICES=1 count_visible_gpus amd)" -eq 1 ]
+  [ "$(count_visible_gpus none)" -eq 0 ]
+}

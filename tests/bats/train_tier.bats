@@ -79,7 +79,7 @@ env_of() { sed -n "s/^$1=//p" "$RECORD.env"; }
   run "$REPO/_train.sh" tiny -- enable_checkpointing=true
   [ "$status" -eq 2 ]
   [[ $output == *"_train.sh: checkpoint dir $JOB_WORKSPACE/ck2 belongs to uid 65534, not to you (uid 0)"* ]]
-  [ ! -e "$RECORD.argv" ]   # training never started
+  ! grep -qx launch "$RECORD.argv"   # only the settings checks ran   # training never started
 }
 
 @test "layering, last wins: train_env.sh < configs/<model>.env.sh < _env_" {
@@ -248,5 +248,35 @@ env_of() { sed -n "s/^$1=//p" "$RECORD.env"; }
   TRAIN_PYTHON=$REPO_DIR/.venv/bin/python HANG_STEP_FACTOR=nan run "$REPO/_train.sh" tiny -- steps=7
   [ "$status" -eq 2 ]
   [[ $output == *"jobkit hang-watchdog: HANG_STEP_FACTOR=nan is not a positive number; e.g. HANG_STEP_FACTOR=10"* ]]
+  [[ $output != *"jobkit launch"* ]]
+}
+
+@test "LOCAL_WORLD_SIZE>1 runs training under jobkit procs; 1 or unset does not" {
+  LOCAL_WORLD_SIZE=2 run "$REPO/_train.sh" tiny -- steps=7
+  [ "$status" -eq 0 ]
+  mapfile -t argv <"$RECORD.argv"
+  [ "${argv[*]:0:4}" = "-u $REPO/py/bin/jobkit procs --" ]
+  [ "${argv[*]:4:4}" = "fakepython -u $REPO/py/bin/jobkit launch" ]
+  [ "$(env_of LOCAL_WORLD_SIZE)" = 2 ]
+  _env_LOCAL_WORLD_SIZE=1 run "$REPO/_train.sh" tiny -- steps=7
+  mapfile -t argv <"$RECORD.argv"
+  [ "${argv[*]:0:3}" = "-u $REPO/py/bin/jobkit launch" ]
+}
+
+@test "LOCAL_WORLD_SIZE: auto is one per usable GPU; more than the usable GPUs, or a bad value, stops before training" {
+  export GPU_DETECT_ROOT=$REPO_DIR/tests/fixtures/sysfs/h100   # two GPUs
+  run "$REPO/_train.sh" tiny -- _env_LOCAL_WORLD_SIZE=auto
+  [ "$status" -eq 0 ]
+  [[ $output == *"[_train] LOCAL_WORLD_SIZE=auto: 2 (usable GPUs on this node: 2)"* ]]
+  [ "$(env_of LOCAL_WORLD_SIZE)" = 2 ]
+  grep -qx procs "$RECORD.argv"
+  rm "$RECORD.argv"
+  CUDA_VISIBLE_DEVICES=1 LOCAL_WORLD_SIZE=2 run "$REPO/_train.sh" tiny
+  [ "$status" -eq 2 ]
+  [ "${lines[-1]}" = "_train.sh: LOCAL_WORLD_SIZE=2 is more processes than the 1 nvidia GPU(s) this node lets training use; set LOCAL_WORLD_SIZE=1 (or auto)" ]
+  ! grep -qx launch "$RECORD.argv"   # only the settings checks ran
+  TRAIN_PYTHON=$REPO_DIR/.venv/bin/python LOCAL_WORLD_SIZE=two run "$REPO/_train.sh" tiny
+  [ "$status" -eq 2 ]
+  [[ $output == *"jobkit procs: LOCAL_WORLD_SIZE=two is not a whole number; set 1..64 or auto (one per GPU)"* ]]
   [[ $output != *"jobkit launch"* ]]
 }
