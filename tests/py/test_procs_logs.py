@@ -5,7 +5,9 @@ the node of the failing process (PROC_EXIT, a `[rank<G>]: ` traceback, a JAX tas
 are synthetic: the values are drawn per line so every expectation is computed here from the lines written."""
 
 import json
+import os
 import random
+import re
 import statistics
 
 import pytest
@@ -158,6 +160,18 @@ def test_a_killed_process_is_blamed_on_its_node_and_named(tmp_path):
     assert "  process: node2, process 0 (global rank 2)" in out.splitlines()
 
 
+def test_a_recorded_two_by_two_job_blames_the_killed_process_not_the_peer_that_failed_first_in_the_log():
+    from conftest import FIXTURES
+
+    text = (FIXTURES / "failures" / "slurm-2x2-rank2-sigkilled.log").read_text()
+    first = [line for line in text.splitlines() if re.match(r"\d+: PROC_EXIT", line)][0]
+    assert first.startswith("0: PROC_EXIT host=node1 rank=1 local=1 exit=1")  # the peer, told first
+    found = failures.classify(text, "FAILED", 137, nodes=["node1", "node2"], procs=2)
+    assert (found.reason, found.host, found.rank) == ("task-died", "node2", 2), found
+    assert found.process == "node2, process 0 (global rank 2)"
+    assert found.followers == ("node1",)
+
+
 TRACEBACK = """\
 {p}I1126 03:00:10.000000 140 metric_logger.py:196] completed step: 3, seconds: 1.0, loss: 5.0
 {p}Traceback (most recent call last):
@@ -194,3 +208,31 @@ def test_a_jax_task_is_a_global_rank_with_several_processes_per_node(procs, task
         assert found.rank == task
     else:
         assert found.rank is None and found.process == ""  # one process per node: as before
+
+
+# ------------------------------------------------------------------------------------------- core dumps
+
+
+def test_the_supervisor_names_the_failed_process_s_pid_for_its_core(tmp_path):
+    """COREDUMP=1: the core is named with the pid of the process that died (%p), not of `jobkit procs`; the
+    supervisor writes that pid to PROCS_EXIT_FILE for _train.sh's coredump_after."""
+    import io
+    import sys
+
+    from jobkit.launch import procs
+
+    out = io.BytesIO()
+    exit_file = tmp_path / "exit"
+    crash = (
+        "import os, signal, time\n"
+        "if os.environ['GLOBAL_RANK'] == '3': os.kill(os.getpid(), signal.SIGKILL)\n"
+        "time.sleep(60)\n"
+    )
+    env = {**os.environ, "PROCS_EXIT_FILE": str(exit_file)}
+    group = procs.Group(procs.Layout(2, 2, 1), [sys.executable, "-c", crash], env, out=out)
+    group.start()
+    assert group.wait(poll=0.05) == 137
+    said = out.getvalue().decode()
+    started = dict(re.findall(r"^\[procs\] rank (\d+) \(local \d+\): pid (\d+)$", said, re.M))
+    assert exit_file.read_text() == f"{started['3']} 3 1 137\n", said
+    assert f"PROC_EXIT host={procs.host()} rank=3 local=1 exit=137" in said

@@ -500,13 +500,16 @@ def _absl_key(line: str) -> float | None:
     return ((int(month) * 31 + int(day)) * 24 + int(hour)) * 3600 + int(minute) * 60 + float(sec)
 
 
-def _first_failed(tasks, procs: int, nodes: list[str] | None) -> tuple[str, str, int | None]:
+def _first_failed(tasks, procs: int, nodes: list[str] | None, matched=()) -> tuple[str, str, int | None]:
     """(host, how, global rank or None) of the first task or process in TASKS (failed_tasks) that failed by
-    itself; ("", "", None) when none did."""
+    itself, the first whose own line the signature MATCHED (positions) when there is one: a process killed
+    outright (`PROC_EXIT ... exit=137`) is reported a moment after its peers on another node, which failed at
+    once (exit 1, `Connection closed by peer`) and were told first; ("", "", None) when none failed by itself."""
     own = [t for t in tasks if not t[3]]
     if not own:
         return "", "", None
-    _, host, line, _ = own[0]
+    named = [t for t in own if t[0] in set(matched)]
+    _, host, line, _ = (named or own)[0]
     m = _PROC_EXIT.match(line)
     if m:  # a process: say which, on its node
         rank = int(m.group(2))
@@ -520,7 +523,7 @@ def _blame(sig: Signature, text: str, positions: list[int], nodes: list[str] | N
     if sig.blame == "none":
         return "", "", positions[0], (), None
     if sig.blame == "failed-task":
-        host, how, rank = _first_failed(tasks, procs, nodes)
+        host, how, rank = _first_failed(tasks, procs, nodes, positions)
         if host:
             followers = tuple(dict.fromkeys(t[1] for t in tasks if t[1] != host))
             return host, how, positions[0], followers, rank
