@@ -116,7 +116,14 @@ _train_keeping_cores() {
   proc_wait "$_TRAIN_PID" || rc=$?
   trap - TERM INT
   coredump_restore
-  coredump_after "$rc" "$_TRAIN_PID"
+  # With `jobkit procs` between, the core is the failed process's (named with its pid), not the supervisor's.
+  local pid=$_TRAIN_PID failed_pid _
+  if [[ -n ${PROCS_EXIT_FILE:-} && -s $PROCS_EXIT_FILE ]] && read -r failed_pid _ <"$PROCS_EXIT_FILE" &&
+    [[ $failed_pid =~ ^[0-9]+$ ]]; then
+    pid=$failed_pid
+  fi
+  [[ -z ${PROCS_EXIT_FILE:-} ]] || rm -f "$PROCS_EXIT_FILE"
+  coredump_after "$rc" "$pid"
   return "$rc"
 }
 
@@ -265,6 +272,10 @@ main() {
   fi
   if coredump_enabled; then
     local rc=0
+    # jobkit procs says which of its processes failed first (its pid names the core): see _train_keeping_cores
+    if [[ -n $per_node_line ]]; then
+      PROCS_EXIT_FILE=$(mktemp "${TMPDIR:-/tmp}/jobkit-procs-exit.XXXXXX") && export PROCS_EXIT_FILE
+    fi
     _train_keeping_cores "${train_cmd[@]}" || rc=$?
     exit "$rc"
   fi

@@ -88,8 +88,9 @@ def load(log_path: Path, yml_path: str | None = None) -> JobFacts:
     if log.footer_status and log.footer_status != "SUCCESS":
         tail = failures.read_tail(str(log_path))
         facts.failure = failures.classify(
-            tail, status, log.footer_exit, has_steps=bool(log.entries), nodes=facts.nodes or None, job_dir=job_dir
-        )
+            tail, status, log.footer_exit, has_steps=bool(log.entries), nodes=facts.nodes or None, job_dir=job_dir,
+            procs=log.local_world_size,
+        )  # fmt: skip
     elif log.footer_status is None and not log.entries:
         facts.failure = None
     return facts

@@ -97,6 +97,8 @@ class Failure:
     followers: tuple[str, ...] = field(default_factory=tuple)  # other hosts that failed after it
     noticed: str = ""  # a hang: where it was noticed (the watchdog's marker), which is not what is blamed
     waiting: tuple[str, ...] = field(default_factory=tuple)  # a hang: the ranks that wait, and where
+    rank: int | None = None  # the global rank of the process blamed, where the log names one (several per node)
+    process: str = ""  # that process in words: `node2, process 0 (global rank 2)`
 
     @property
     def label(self) -> str:
@@ -328,11 +330,16 @@ def markdown_table() -> str:
 
 # Where a line names the host at fault, most direct first: Slurm or our launcher naming the node, then a rank
 # prefix (`1: ...`, srun -l) or a JAX task (`/task:1`), the node of that process rank (one process per node).
+# With LOCAL_WORLD_SIZE=N processes per node (`jobkit procs`), a process's line is `[rank<G>]: ...` (after srun's
+# node prefix), JAX's task ids are global ranks, and the supervisor tells the first failing process as
+# `PROC_EXIT host=<h> rank=<G> local=<i> exit=<rc>`: global rank G is process G % N of node G // N.
+_PROC_EXIT = re.compile(r"^(?:[ \t]*\d+: )?PROC_EXIT host=(\S+) rank=(\d+) local=(\d+) exit=(\d+)", re.M)
 _SRUN_TASK = re.compile(r"^srun: error: ([\w.-]+): tasks? ([\d,-]+): (.+)$", re.M)
 _NODE_EXIT = re.compile(r"^(?:[ \t]*\d+: )?NODE_EXIT host=(\S+) exit=(\d+)", re.M)
 _NAMED = [
     (re.compile(r"^srun: error: ([\w.-]+): tasks? ([\d,-]+):"), "srun names the node of task {1}"),
     (re.compile(r"Node failure on ([\w.-]+)"), "srun's 'Node failure on {0}'"),
+    (re.compile(r"\bPROC_EXIT host=([\w.-]+) rank=(\d+)"), "the supervisor's PROC_EXIT line names it"),
     (re.compile(r"\bNODE_EXIT host=([\w.-]+)"), "the launcher's NODE_EXIT line names it"),
     (re.compile(r"\[preflight ([\w.-]+)\]"), "preflight names its host"),
     (re.compile(r"\[coredump\] training killed by SIG\w+ \(exit \d+\) on ([\w.-]+)"), "the training tier names it"),
@@ -340,12 +347,14 @@ _NAMED = [
     (re.compile(r"^\w{3} +\d+ [\d:]+ ([\w.-]+) kernel: "), "the kernel log line names the host"),
 ]
 _RANK_PREFIX = re.compile(r"^\s*(\d+): ")
+_PROC_PREFIX = re.compile(r"^\s*(?:\d+: )?\[rank(\d+)\]: ")
+_LINE_PREFIX = re.compile(r"^\s*(?:\d+: )?(?:\[rank\d+\]: )?")  # a line's whole prefix: its node and process
 _JAX_TASK = re.compile(r"/task:(\d+)\b")
 _TASK_WORD = re.compile(r"\btask[: ](\d+)\b", re.I)
-_BARE_NUMBER = re.compile(r"^\s*(?:\d+: )?(\d+)\s*$")
+_BARE_NUMBER = re.compile(r"^\s*(?:\d+: )?(?:\[rank\d+\]: )?(\d+)\s*$")
 _FIRST_AT_BARRIER = re.compile(r"first task at the barrier: \S+", re.I)
 # absl's prefix: I1124 07:31:04.338372, or (before absl is set up) E0000 00:00:1732528800.123456
-_ABSL_TIME = re.compile(r"^(?:\s*\d+: )?[IWEF](\d\d)(\d\d) (\d\d):(\d\d):(\d+(?:\.\d+)?)\s")
+_ABSL_TIME = re.compile(r"^(?:\s*\d+: )?(?:\[rank\d+\]: )?[IWEF](\d\d)(\d\d) (\d\d):(\d\d):(\d+(?:\.\d+)?)\s")
 FOLLOWER_REASONS = ("Terminated", "Exited with exit code 143", "Exited with exit code 130")
 
 
@@ -360,22 +369,41 @@ def _line_at(text: str, pos: int, width: int = 200) -> str:
     return line.strip()
 
 
-def _host_and_how(line: str, nodes: list[str] | None) -> tuple[str | None, str]:
+def process_words(rank: int, procs: int, nodes: list[str] | None) -> str:
+    """Global rank RANK with PROCS processes per node in words: `node2, process 0 (global rank 2)`."""
+    node = rank // procs
+    host = nodes[node] if nodes and node < len(nodes) else f"node {node + 1}"
+    return f"{host}, process {rank % procs} (global rank {rank})"
+
+
+def _host_and_how(line: str, nodes: list[str] | None, procs: int = 1) -> tuple[str | None, str, int | None]:
+    """(host, how, global rank or None) LINE blames. PROCS: processes per node (LOCAL_WORLD_SIZE)."""
     for pattern, how in _NAMED:
         m = pattern.search(line)
         if m:
-            return m.group(1).rstrip(".,;:"), how.format(*m.groups())
+            rank = int(m.group(2)) if pattern.pattern.startswith(r"\bPROC_EXIT") else None
+            return m.group(1).rstrip(".,;:"), how.format(*m.groups()), rank
+    m = _PROC_PREFIX.search(line)  # before the node prefix: it names the process too
+    if m and nodes and int(m.group(1)) // procs < len(nodes):
+        g = int(m.group(1))
+        return nodes[g // procs], f"the process prefix [rank{g}] -> {process_words(g, procs, nodes)}", g
     for pattern, what in ((_RANK_PREFIX, "rank {n}'s prefix (srun -l)"), (_JAX_TASK, "JAX task {n} on the line")):
         m = pattern.search(line)
-        if m and nodes and int(m.group(1)) < len(nodes):
-            n = int(m.group(1))
-            return nodes[n], what.format(n=n) + f" -> node {n + 1} of JOB_NODELIST"
-    return None, ""
+        if not (m and nodes):
+            continue
+        n = int(m.group(1))
+        if pattern is _JAX_TASK and procs > 1:  # a JAX task id is a process's global rank
+            if n // procs < len(nodes):
+                return nodes[n // procs], what.format(n=n) + f" -> {process_words(n, procs, nodes)}", n
+        elif n < len(nodes):
+            return nodes[n], what.format(n=n) + f" -> node {n + 1} of JOB_NODELIST", None
+    return None, "", None
 
 
-def host_in_line(line: str, nodes: list[str] | None = None) -> str | None:
-    """The host LINE blames: a node Slurm names, else rank N's or JAX task N's node (the N-th of NODES)."""
-    return _host_and_how(line, nodes)[0]
+def host_in_line(line: str, nodes: list[str] | None = None, procs: int = 1) -> str | None:
+    """The host LINE blames: a node Slurm names, else rank N's or JAX task N's node (the N-th of NODES; with
+    PROCS processes per node, a process's `[rank<G>]: ` or JAX task G is on node G // PROCS)."""
+    return _host_and_how(line, nodes, procs)[0]
 
 
 def _accused_number(text: str, pos: int) -> tuple[int | None, str, int]:
@@ -383,10 +411,10 @@ def _accused_number(text: str, pos: int) -> tuple[int | None, str, int]:
     after it, in each format JAX prints; (None, "", 0) when it names none."""
     start = text.rfind("\n", 0, pos) + 1
     lines = text[start : start + 4000].split("\n")[:5]
-    prefix = _RANK_PREFIX.match(lines[0])
+    prefix = _line_prefix(lines[0])
     for i, raw in enumerate(lines):
         line = _FIRST_AT_BARRIER.sub("", raw)
-        if i and (_line_prefix(raw) != (prefix.group(0) if prefix else "") or _ABSL_TIME.match(raw)):
+        if i and (_line_prefix(raw) != prefix or _ABSL_TIME.match(raw)):
             break  # the message ended: another rank's line, or a new log record
         m, form = _JAX_TASK.search(line), "/task:{n}"
         if m is None and not i:
@@ -398,13 +426,17 @@ def _accused_number(text: str, pos: int) -> tuple[int | None, str, int]:
     return None, "", 0
 
 
-def _accused_task(text: str, pos: int, nodes: list[str] | None) -> tuple[str | None, str]:
-    """The node of the JAX task a coordination message accuses (_accused_number), and how it was found."""
+def _accused_task(text: str, pos: int, nodes: list[str] | None, procs: int = 1) -> tuple[str | None, str, int | None]:
+    """The node of the JAX task a coordination message accuses (_accused_number), how it was found, and the
+    task's global rank when there are several processes per node (a JAX task id is a process's global rank)."""
     n, form, i = _accused_number(text, pos)
-    if n is not None and nodes and n < len(nodes):
+    if n is not None and nodes and n // procs < len(nodes):
         where = "on the message's line" if i == 0 else f"{i} line(s) after the message"
-        return nodes[n], f"the accused JAX task ({form.format(n=n)}, {where}) -> node {n + 1} of JOB_NODELIST"
-    return None, ""
+        said = f"the accused JAX task ({form.format(n=n)}, {where})"
+        if procs > 1:
+            return nodes[n // procs], f"{said} -> {process_words(n, procs, nodes)}", n
+        return nodes[n], f"{said} -> node {n + 1} of JOB_NODELIST", None
+    return None, "", None
 
 
 # What shows the accused task was alive after JAX declared it dead: its own coordination-service / heartbeat
@@ -426,26 +458,33 @@ def accused_state(text: str, pos: int) -> str:
     slow to heartbeat, not dead); `silent` when it logged nothing of the kind (it died, or was frozen); "" when
     the message names no task or the log has no rank prefixes to tell."""
     n, _, _ = _accused_number(text, pos)
-    if n is None or not re.search(rf"^\s*{n}: ", text, re.M):
+    if n is None:
         return ""
+    # several processes per node: task N is the process behind `[rank<N>]: `; one: the node behind `N: `
+    own = re.compile(rf"^\s*(?:\d+: )?\[rank{n}\]: (.*)$", re.M)
+    if not own.search(text):
+        own = re.compile(rf"^\s*{n}: (.*)$", re.M)
+        if not own.search(text):
+            return ""
     end = text.find("\n", pos)
     start = len(text) if end < 0 else end + 1
     teardown = _TEARDOWN.search(text, start)
     window = text[start : teardown.start() if teardown else len(text)]
-    own = re.compile(rf"^\s*{n}: (.*)$", re.M)
     return "alive" if any(_OWN_NOTICE.search(m.group(1)) for m in own.finditer(window)) else "silent"
 
 
 def _line_prefix(line: str) -> str:
-    m = _RANK_PREFIX.match(line)
-    return m.group(0) if m else ""
+    return _LINE_PREFIX.match(line).group(0)  # always matches (both parts are optional)
 
 
 def failed_tasks(text: str) -> list[tuple[int, str, str, bool]]:
     """Every task Slurm (`srun: error: <node>: task N: <reason>`) or our launcher (`NODE_EXIT host= exit=`)
-    reports as ended badly: (position, host, the line, follower). A follower was stopped because another
+    reports as ended badly, and every process `jobkit procs` does (`PROC_EXIT host= rank= local= exit=`, before
+    its node's NODE_EXIT): (position, host, the line, follower). A follower was stopped because another
     task failed (Terminated, exit 143/130), not failing by itself."""
     out = []
+    for m in _PROC_EXIT.finditer(text):
+        out.append((m.start(), m.group(1), m.group(0).strip(), int(m.group(4)) in CANCEL_EXIT_CODES))
     for m in _SRUN_TASK.finditer(text):
         out.append((m.start(), m.group(1), m.group(0).strip(), m.group(3).strip().startswith(FOLLOWER_REASONS)))
     for m in _NODE_EXIT.finditer(text):
@@ -461,28 +500,44 @@ def _absl_key(line: str) -> float | None:
     return ((int(month) * 31 + int(day)) * 24 + int(hour)) * 3600 + int(minute) * 60 + float(sec)
 
 
-def _blame(sig: Signature, text: str, positions: list[int], nodes: list[str] | None):
-    """(host, how, evidence position, followers) for SIG matched at POSITIONS."""
+def _first_failed(tasks, procs: int, nodes: list[str] | None, matched=()) -> tuple[str, str, int | None]:
+    """(host, how, global rank or None) of the first task or process in TASKS (failed_tasks) that failed by
+    itself, the first whose own line the signature MATCHED (positions) when there is one: a process killed
+    outright (`PROC_EXIT ... exit=137`) is reported a moment after its peers on another node, which failed at
+    once (exit 1, `Connection closed by peer`) and were told first; ("", "", None) when none failed by itself."""
+    own = [t for t in tasks if not t[3]]
+    if not own:
+        return "", "", None
+    named = [t for t in own if t[0] in set(matched)]
+    _, host, line, _ = (named or own)[0]
+    m = _PROC_EXIT.match(line)
+    if m:  # a process: say which, on its node
+        rank = int(m.group(2))
+        return host, f"the first process that failed by itself: {line} -> {process_words(rank, procs, nodes)}", rank
+    return host, f"the first task that failed by itself: {line}", None
+
+
+def _blame(sig: Signature, text: str, positions: list[int], nodes: list[str] | None, procs: int = 1):
+    """(host, how, evidence position, followers, global rank or None) for SIG matched at POSITIONS."""
     tasks = failed_tasks(text)
     if sig.blame == "none":
-        return "", "", positions[0], ()
+        return "", "", positions[0], (), None
     if sig.blame == "failed-task":
-        own = [t for t in tasks if not t[3]]
-        if own:
-            pos, host, line, _ = own[0]
+        host, how, rank = _first_failed(tasks, procs, nodes, positions)
+        if host:
             followers = tuple(dict.fromkeys(t[1] for t in tasks if t[1] != host))
-            return host, f"the first task that failed by itself: {line}", positions[0], followers
-        return "", "", positions[0], ()
+            return host, how, positions[0], followers, rank
+        return "", "", positions[0], (), None
     candidates = []
     for pos in positions:
         if sig.blame == "jax-task":  # the task that reported it is not at fault: no accused task, no host
-            host, how = _accused_task(text, pos, nodes)
+            host, how, rank = _accused_task(text, pos, nodes, procs)
         else:
-            host, how = _host_and_how(_line_at(text, pos, 10_000), nodes)
+            host, how, rank = _host_and_how(_line_at(text, pos, 10_000), nodes, procs)
         if host:
-            candidates.append((pos, host, how, _absl_key(_line_at(text, pos, 10_000))))
+            candidates.append((pos, host, how, _absl_key(_line_at(text, pos, 10_000)), rank))
     if not candidates:
-        return "", "", positions[0], ()
+        return "", "", positions[0], (), None
     hosts = {c[1] for c in candidates}
     timed = len(hosts) > 1 and all(c[3] is not None for c in candidates)
     first = min(candidates, key=lambda c: (c[3], c[0])) if timed else candidates[0]
@@ -493,12 +548,14 @@ def _blame(sig: Signature, text: str, positions: list[int], nodes: list[str] | N
     if len(hosts) > 1:
         how += f"; the first of {len(hosts)} hosts to report it ({'absl timestamps' if timed else 'log order'})"
     followers = [c[1] for c in candidates] + [t[1] for t in tasks]
-    return first[1], how, evidence, tuple(dict.fromkeys(h for h in followers if h != first[1]))
+    return first[1], how, evidence, tuple(dict.fromkeys(h for h in followers if h != first[1])), first[4]
 
 
 # ------------------------------------------------------------------------------------------ classifying
 
-_EXC_LINE = re.compile(r"^(?:\s*\d+: )?([A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Warning))\b", re.M)
+_EXC_LINE = re.compile(
+    r"^(?:\s*\d+: )?(?:\[rank\d+\]: )?([A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Warning))\b", re.M
+)
 _SIGNAME = re.compile(r"SIG[A-Z]+")
 # The signal behind a message that does not name it (faulthandler's, the shell's, srun's); else the training
 # tier's own line (COREDUMP=1), which names it even when the job's exit code is not training's.
@@ -556,13 +613,13 @@ def _detail(sig: Signature, text: str, pos: int, exit_code: int | None) -> str:
     return ""
 
 
-def _failure(sig: Signature, text: str, positions: list[int], exit_code, nodes, job_dir=None) -> Failure:
+def _failure(sig: Signature, text: str, positions: list[int], exit_code, nodes, job_dir=None, procs=1) -> Failure:
     if sig.blame == "hang-stacks":
         return _hang_failure(sig, text, positions[0], exit_code, nodes, job_dir)
-    host, how, pos, followers = _blame(sig, text, positions, nodes)
+    host, how, pos, followers, rank = _blame(sig, text, positions, nodes, procs)
     return Failure(
         sig.cls, _detail(sig, text, pos, exit_code), _line_at(text, pos), host, sig.id, sig.source, sig.retry,
-        sig.advice, how, followers,
+        sig.advice, how, followers, rank=rank, process=process_words(rank, procs, nodes) if rank is not None else "",
     )  # fmt: skip
 
 
@@ -618,10 +675,12 @@ def classify(
     has_steps: bool | None = None,
     nodes: list[str] | None = None,
     job_dir: Path | str | None = None,
+    procs: int = 1,
 ) -> Failure:
     """Reason a run failed, from its log text plus what the caller knows. NODES (rank order) lets the
     failure name the host a rank- or task-numbered line blames; JOB_DIR (`<log without .log>`) lets a hang
-    be blamed from the stacks in its hang/ dir."""
+    be blamed from the stacks in its hang/ dir; PROCS (the log's LOCAL_WORLD_SIZE) maps a process's global rank
+    G (`[rank<G>]: `, JAX task G, PROC_EXIT rank=G) to its node, G // PROCS."""
     catalogue = load_catalogue()
     clean = _blank_benign(text, catalogue.benign)
     cancelled = (status or "").upper() == "CANCELLED"
@@ -638,21 +697,21 @@ def classify(
                            retry=retry_policy("killed-by-signal"))  # fmt: skip
         positions = sig.matches(clean)
         if positions:
-            return _failure(sig, clean, positions, exit_code, nodes, job_dir)
+            return _failure(sig, clean, positions, exit_code, nodes, job_dir, procs)
     if cancelled or stopped:
         evidence = f"exit code {exit_code}" if exit_code in CANCEL_EXIT_CODES and not cancelled else f"status {status}"
         return Failure("cancelled", evidence=evidence, retry="never", advice="the job was cancelled; nothing failed")
     if _signalled(exit_code):
         return Failure("killed-by-signal", _signal_name(exit_code - 128), f"exit code {exit_code}",
                        retry=retry_policy("killed-by-signal"))  # fmt: skip
-    tasks = [t for t in failed_tasks(clean) if not t[3]]
-    host, how = (tasks[0][1], f"the first task that failed by itself: {tasks[0][2]}") if tasks else ("", "")
+    host, how, rank = _first_failed(failed_tasks(clean), procs, nodes)
+    process = process_words(rank, procs, nodes) if rank is not None else ""
     if has_steps is None:
         has_steps = "completed step:" in text
     if not has_steps:
-        return Failure("no-steps", host=host, blame_how=how, retry="never")
+        return Failure("no-steps", host=host, blame_how=how, retry="never", rank=rank, process=process)
     return Failure("unknown", f"exit {exit_code}" if exit_code is not None else "", host=host, blame_how=how,
-                   retry="never")  # fmt: skip
+                   retry="never", rank=rank, process=process)  # fmt: skip
 
 
 def rules() -> list[tuple[str, re.Pattern[str]]]:

@@ -1,7 +1,9 @@
 """Read a job log: KEY=VALUE header, MaxText step lines, JOB SUMMARY footer, a RAY=1 job's "metrics are off".
 
-Step lines may carry an `srun -l` task prefix (`0: `, ` 1: `) and may or may
-not carry the `MFU: X%` field that jobkit.launch inserts.
+Step lines may carry an `srun -l` task prefix (`0: `, ` 1: `: the node rank), then, with several processes per
+node (LOCAL_WORLD_SIZE=N, `jobkit procs`), the process's `[rank<G>]: ` (its global rank: node G // N, process
+G % N on it), and may or may not carry the `MFU: X%` field that jobkit.launch inserts. A step then has
+NNODES x N lines, one per process (= per device): readers average them per step, as they do the nodes'.
 
 A big log (BIG_LOG bytes or more: 512 ranks write ~100 MB per 1,000 steps) is read whole only by the readers
 that need every step (`tgs`'s table, `analyze`, `compare`); those that need its header, its first steps (the
@@ -23,7 +25,8 @@ END_BYTES = 4 << 20  # the end read by parse_ends (as failures.TAIL_BYTES): the 
 RANK_LAG_STEPS = 64  # steps read past the ones needed: a slow rank's lines for a step come after others' later ones
 HEADER_SCAN_LINES = 50  # header sits at the top; stop looking after this
 _HEADER = re.compile(r"^(?P<key>[A-Z][A-Z0-9_]*)=(?P<value>.*)$")
-_PREFIX = re.compile(r"^\s*(?P<node>\d+): ")
+_PREFIX = re.compile(r"^\s*(?:(?P<node>\d+): )?(?:\[rank(?P<rank>\d+)\]: )?")
+LINE_PREFIX = r"(?:[ \t]*\d+: )?(?:\[rank\d+\]: )?"  # for a pattern anchored at ^: srun -l's node, a process's rank
 _STEP = re.compile(r"completed step: (?P<step>\d+),")
 NUMBER = r"(-?(?:[0-9]+(?:\.[0-9]*)?(?:[eE][-+]?[0-9]+)?|nan|inf))"
 STEP_FIELDS = {  # a step line's fields (shared with jobkit.observe.log_steps)
@@ -41,7 +44,7 @@ _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 @dataclass(frozen=True, slots=True)  # slots: a 512-rank log holds ~500 of these per step
 class StepEntry:
-    """One `completed step` line (one node's view of one step)."""
+    """One `completed step` line (one process's view of one step: one node's, with one process per node)."""
 
     step: int
     node: int | None
@@ -50,6 +53,12 @@ class StepEntry:
     mfu: float | None
     tgs: float | None
     loss: float | None
+    rank: int | None = None  # the process's global rank (`[rank<G>]: `); None with one process per node
+
+    @property
+    def first_process(self) -> bool:
+        """Whether this is rank 0's line (node 0's with one process per node, or a log with no prefixes)."""
+        return self.node in (None, 0) and self.rank in (None, 0)
 
 
 @dataclass
@@ -70,6 +79,20 @@ class JobLog:
             if self.header.get(key):
                 return key, self.header[key]
         return ("NNODES", "") if "NNODES" in self.header else None
+
+    @property
+    def local_world_size(self) -> int:
+        """Processes per node (the LOCAL_WORLD_SIZE header; 1 when absent or not a whole number >= 1)."""
+        try:
+            value = int(self.header.get("LOCAL_WORLD_SIZE", "1"))
+        except ValueError:
+            return 1
+        return value if value >= 1 else 1
+
+    @property
+    def devices(self) -> int | None:
+        """The job's device count (= processes with LOCAL_WORLD_SIZE > 1): NNODES x LOCAL_WORLD_SIZE."""
+        return self.nnodes * self.local_world_size if self.nnodes is not None else None
 
     @property
     def is_job_log(self) -> bool:
@@ -120,13 +143,16 @@ def parse_step_line(line: str) -> StepEntry | None:
     m = _STEP.search(line)
     if not m:
         return None
-    prefix = _PREFIX.match(line)
+    prefix = _PREFIX.match(line)  # always matches (both parts are optional)
     rest = line[m.end() :]
     values = {}
     for name, pat in STEP_FIELDS.items():
         found = pat.search(rest)
         values[name] = float(found.group(1)) if found else None
-    return StepEntry(int(m.group("step")), int(prefix.group("node")) if prefix else None, **values)
+    node, rank = prefix.group("node"), prefix.group("rank")
+    return StepEntry(
+        int(m.group("step")), int(node) if node is not None else None, **values, rank=int(rank) if rank else None
+    )
 
 
 def parse_text(text: str, path: str = "<text>") -> JobLog:

@@ -7,7 +7,8 @@ job restored from a checkpoint: its first step is not 0) compiles and restores a
 its first steps and may take longer to settle than a fresh run: its window also
 moves past the steps still slow after the restore (`settle`, at most one window
 length), so its number compares with the first attempt's.
-Per step, values from several nodes are averaged first; the stats are the mean
+Per step, values from several nodes (several processes, one per device, with LOCAL_WORLD_SIZE > 1) are averaged
+first; the stats are the mean
 and population std over steps. A step whose value is not finite (MaxText logs
 `inf` when a step's time rounds to zero, `nan` after a bad step) is left out of
 the stats and counted instead: every output says how many there were.
@@ -319,6 +320,13 @@ def _warnings(s: Summary) -> list[str]:
     # (1-GPU-per-process launches label every process).
     if s.log.nnodes and nodes and len(nodes) < s.log.nnodes:
         out.append(f"NNODES={s.log.nnodes} but step lines came from {len(nodes)} node prefix(es)")
+    ranks = {e.rank for e in s.log.entries if e.rank is not None}
+    procs = s.log.local_world_size
+    if procs > 1 and s.log.devices and ranks and len(ranks) < s.log.devices:
+        out.append(
+            f"NNODES={s.log.nnodes} x LOCAL_WORLD_SIZE={procs} = {s.log.devices} processes but step lines came from "
+            f"{len(ranks)} process prefix(es) ([rank<G>]: )"
+        )
     if s.loss_mismatch_steps:
         out.append(f"loss differs between nodes at steps {_ranges(s.loss_mismatch_steps)}")
     return out
@@ -378,6 +386,8 @@ def to_dict(s: Summary) -> dict:
         "model": h.get("MODEL_NAME"),
         "exp_tag": h.get("EXP_TAG"),
         "nnodes": s.log.nnodes,
+        "local_world_size": s.log.local_world_size,
+        "devices": s.log.devices,
         "entries_per_step": s.entries_per_step,
         "steps_logged": len(s.points),
         "steady_window": list(s.steady_range),
@@ -426,7 +436,7 @@ def format_table(s: Summary) -> str:
     lines = [
         f"log:   {s.log.path}",
         f"job:   {d['job_id'] or '?'} ({d['job_name'] or '?'})  model {d['model'] or '?'}  "
-        f"{nodes} node(s), {s.entries_per_step} line(s) per step",
+        f"{nodes} node(s){_procs_words(s.log)}, {s.entries_per_step} line(s) per step",
         "",
         f"{'window':<8} {'steps':<9} {'n':>3}  {'TGS/device':<22} {'TFLOP/s/device':<18} {'MFU %':<14} {'s/step':<14}",
     ]
@@ -459,6 +469,19 @@ def format_table(s: Summary) -> str:
     return "\n".join(lines)
 
 
+def _procs_words(log: JobLog) -> str:
+    """` x 2 processes (4 devices)` with several processes per node; "" with one."""
+    n = log.local_world_size
+    return f" x {n} processes ({log.devices} devices)" if n > 1 and log.devices else ""
+
+
+def layout(log: JobLog) -> str:
+    """`2N`, or `2N×2` with two processes (devices) per node: the job's shape in one word."""
+    nodes = log.nnodes if log.nnodes is not None else "?"
+    procs = log.local_world_size
+    return f"{nodes}N" + (f"×{procs}" if procs > 1 else "")
+
+
 def _no_steady_reason(s: Summary) -> str:
     a, b = s.steady_range
     if not s.points:
@@ -478,12 +501,13 @@ def _no_steady_reason(s: Summary) -> str:
 
 
 def format_line(s: Summary, verdict: str) -> str:
-    """`tiny 1N (job X): 12,345 TGS/device, 1.2% MFU — PASS`."""
+    """`tiny 1N (job X): 12,345 TGS/device, 1.2% MFU — PASS`; with 2 processes (devices) per node
+    `tiny 2N×2 (job X): 12,345 TGS/device over 4 devices, 1.2% MFU — PASS` (TGS and MFU are per device)."""
     h = s.log.header
     model = h.get("MODEL_NAME") or h.get("JOB_NAME") or "?"
-    nodes = s.log.nnodes if s.log.nnodes is not None else "?"
     job_id = h.get("JOB_ID") or h.get("SLURM_JOB_ID")
-    who = f"{model} {nodes}N" + (f" (job {job_id})" if job_id else "")
+    who = f"{model} {layout(s.log)}" + (f" (job {job_id})" if job_id else "")
+    over = f" over {s.log.devices} devices" if s.log.local_world_size > 1 and s.log.devices else ""
     tgs = s.tgs
     if tgs is None:
         perf = f"TGS n/a ({_no_steady_reason(s)})"
@@ -493,7 +517,7 @@ def format_line(s: Summary, verdict: str) -> str:
         partial = f" ({n}/{s.steady_target} steady steps)" if n < s.steady_target else ""
         if bad:
             partial = f" ({n}/{s.steady_target} steady steps, {bad} non-finite)"
-        perf = f"{fmt_tgs(tgs)} TGS/device{partial}"
+        perf = f"{fmt_tgs(tgs)} TGS/device{over}{partial}"
         if s.mfu is not None:
             perf += f", {fmt_pct(s.mfu)}% MFU"
     return f"{who}: {perf} — {verdict}"

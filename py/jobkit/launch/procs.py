@@ -20,6 +20,8 @@ Steps:
    `PROC_EXIT host=<h> rank=<G> local=<i> exit=<rc>` (the process-level twin of _job.sbatch's NODE_EXIT line),
    and the others are stopped (TERM, KILL after KILL_GRACE s), as srun --kill-on-bad-exit does for nodes: a
    JAX job with a process gone cannot make progress. Exit status: the first failure's, else 0.
+   Where EXIT_FILE_ENV (PROCS_EXIT_FILE) names a file, `<pid> <rank> <local> <rc>` of that first failure is
+   written to it: _train.sh (COREDUMP=1) looks for the core of that process, not of this supervisor.
 """
 
 from __future__ import annotations
@@ -34,10 +36,13 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from jobkit.core.files import write_atomic
+
 SETTING = "LOCAL_WORLD_SIZE"
 MAX_PER_NODE = 64  # more processes than any node has devices: a typo, not a layout
 KILL_GRACE = 30.0  # seconds between the TERM and the KILL of the processes left after a failure
 PREFIX = "[rank{rank}]: "
+EXIT_FILE_ENV = "PROCS_EXIT_FILE"
 
 
 class LayoutError(ValueError):
@@ -161,6 +166,17 @@ class Group:
             self.pumps.append(pump)
             self.say(f"[procs] rank {self.layout.global_rank(local)} (local {local}): pid {proc.pid}")
 
+    def failed(self, local: int, status: int) -> None:
+        """Tell the first failure: the PROC_EXIT line, and the failed process's pid in EXIT_FILE_ENV's file."""
+        rank = self.layout.global_rank(local)
+        self.say(f"PROC_EXIT host={host()} rank={rank} local={local} exit={status}")
+        path = self.env.get(EXIT_FILE_ENV)
+        if path:
+            try:
+                write_atomic(path, f"{self.procs[local].pid} {rank} {local} {status}\n")
+            except OSError as exc:  # the core is then looked for by the supervisor's pid: say why
+                self.say(f"[procs] cannot write {EXIT_FILE_ENV}={path}: {exc.strerror or exc}")
+
     def signal_all(self, signum: int) -> None:
         for proc in self.procs:
             if proc.poll() is None:
@@ -180,7 +196,7 @@ class Group:
                     continue
                 first_failure = exit_status(rc)
                 rank = self.layout.global_rank(local)
-                self.say(f"PROC_EXIT host={host()} rank={rank} local={local} exit={first_failure}")
+                self.failed(local, first_failure)
                 left = [p for p in self.procs if p.poll() is None]
                 if left:
                     self.say(f"[procs] rank {rank} failed: stopping the other {len(left)} process(es) on this node")
@@ -197,8 +213,7 @@ class Group:
             for local, proc in enumerate(self.procs):
                 if proc.returncode != 0:
                     first_failure = exit_status(proc.returncode)
-                    rank = self.layout.global_rank(local)
-                    self.say(f"PROC_EXIT host={host()} rank={rank} local={local} exit={first_failure}")
+                    self.failed(local, first_failure)
                     break
         return first_failure or 0
 

@@ -16,9 +16,10 @@ import time
 from jobkit.core.logparse import NUMBER, STEP_FIELDS
 from jobkit.observe.tb_events import STEP_METRIC, metric_name
 
-# absl's prefix: I1124 05:31:12.123456 <thread> file.py:123] ... (local time, no year), after srun -l's "N: ".
+# absl's prefix: I1124 05:31:12.123456 <thread> file.py:123] ... (local time, no year), after srun -l's "N: "
+# (the node) and, with several processes per node, the process's "[rank<G>]: " (its global rank).
 _LINE = re.compile(
-    r"^(?:\s*(?P<rank>\d+): )?[IWEF](?P<mon>\d\d)(?P<day>\d\d) (?P<h>\d\d):(?P<m>\d\d):(?P<s>\d\d)\.(?P<us>\d{6}) "
+    r"^(?:\s*(?P<rank>\d+): )?(?:\[rank(?P<process>\d+)\]: )?[IWEF](?P<mon>\d\d)(?P<day>\d\d) (?P<h>\d\d):(?P<m>\d\d):(?P<s>\d\d)\.(?P<us>\d{6}) "
     r".*?completed step: (?P<step>\d+),(?P<rest>.*)$"
 )
 # TensorBoard tag -> the step line's field holding the same value (logparse reads the common ones).
@@ -58,7 +59,7 @@ def series_after(
     seen: set[int] = set()
     for line in lines:
         m = _LINE.match(line)
-        if m is None or (m["rank"] not in (None, "0")):
+        if m is None or m["rank"] not in (None, "0") or m["process"] not in (None, "0"):
             continue
         step = int(m["step"])
         if step in seen:

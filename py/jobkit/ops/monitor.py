@@ -142,7 +142,7 @@ def follow_log(record: dict, path: Path) -> logparse.JobLog:
         record["header"] = new.header  # only the log's first lines are its header
     if new.footer_status is not None:
         record["footer"] = [new.footer_status, new.footer_exit]
-    entries = [e for e in new.entries if e.node in (None, 0)]
+    entries = [e for e in new.entries if e.first_process]  # rank 0's: one line per step, whatever the layout
     if entries:
         record.setdefault("first_step", entries[0].step)
         horizon_end = record["first_step"] + STEADY_FROM + 2 * WINDOW

@@ -21,6 +21,8 @@ def _lines(found: failures.Failure) -> list[str]:
         out.append(f"  noticed: {found.noticed}")
     if found.host:
         out.append(f"  host: {found.host}")
+        if found.process:  # several processes per node: which one of the host's
+            out.append(f"  process: {found.process}")
         if found.blame_how:
             out.append(f"  blamed because: {found.blame_how}")
     elif found.blame_how:  # nobody blamed, and why (a hang whose stacks show no rank unlike the others)
@@ -47,6 +49,7 @@ def _as_json(found: failures.Failure | None, outcome: str, matched: list | None)
                 "blamed_because": found.blame_how, "followers": list(found.followers),
                 "retry": found.retry_decision, "advice": found.advice, "signature": found.signature,
                 "source": found.source, "noticed": found.noticed, "waiting": list(found.waiting),
+                "rank": found.rank, "process": found.process or None,
             }
         )  # fmt: skip
     if matched is not None:
@@ -88,7 +91,10 @@ def why_command(logfile, status, exit_code, as_json, show_all):
         _echo_all(matched)
         return
     job_dir = coredump.job_dir_of(logfile)  # a hang's stacks are in <job dir>/hang/
-    found = failures.classify(text, status, exit_code, has_steps=bool(log.entries), nodes=nodes, job_dir=job_dir)
+    found = failures.classify(
+        text, status, exit_code, has_steps=bool(log.entries), nodes=nodes, job_dir=job_dir,
+        procs=log.local_world_size,
+    )  # fmt: skip
     if not told and found.reason in ("unknown", "no-steps"):
         if as_json:
             click.echo(_as_json(None, "incomplete", matched))
