@@ -273,7 +273,7 @@ main() {
   if coredump_enabled; then
     local rc=0
     # jobkit procs says which of its processes failed first (its pid names the core): see _train_keeping_cores
-    if [[ -n $per_node_line ]]; then
+    if (( per_device )); then
       PROCS_EXIT_FILE=$(mktemp "${TMPDIR:-/tmp}/jobkit-procs-exit.XXXXXX") && export PROCS_EXIT_FILE
     fi
     _train_keeping_cores "${train_cmd[@]}" || rc=$?
