@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import os
 import re
+import select
 import signal
 import socket
 import statistics
@@ -275,6 +276,34 @@ def stop_training(pids: int | list[int] | None) -> None:
         procfs.stop(live, STOP_GRACE)
 
 
+def nap(pids, seconds: float) -> None:
+    """Sleeps SECONDS, or less: until every one of PIDS has ended (a pidfd turns readable at its exit), so the
+    watchdog ends with training and not up to a look later, when whoever waits for the node (jobkit procs,
+    jobkit reap) may already be stopping what is left."""
+    fds = []
+    try:
+        for pid in pids:
+            try:
+                fds.append(os.pidfd_open(pid))
+            except ProcessLookupError:
+                continue  # ended already: no need to wait for it
+            except (OSError, AttributeError):  # a kernel (or Python) without pidfds: a plain sleep
+                time.sleep(seconds)
+                return
+        if not fds:
+            if not list(pids):
+                time.sleep(seconds)
+            return
+        deadline = time.monotonic() + seconds
+        waiting = list(fds)
+        while waiting and (left := deadline - time.monotonic()) > 0:
+            ready, _, _ = select.select(waiting, [], [], left)
+            waiting = [fd for fd in waiting if fd not in ready]
+    finally:
+        for fd in fds:
+            os.close(fd)
+
+
 def say(message: str) -> None:
     print(message, flush=True)
 
@@ -410,7 +439,7 @@ class Watchdog:
                     stop_training(list(pids.values()))
                     return 3
                 return self.keep_reporting(follower, progress, clock)
-            time.sleep(self.interval)
+            nap(pids.values(), self.interval)
 
     def keep_reporting(self, follower: LogFollower, progress: dict[int, Progress], clock) -> int:
         """HANG_ACTION=report: training goes on; say so once if it makes progress again, until it ends."""
