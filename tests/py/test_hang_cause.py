@@ -346,6 +346,31 @@ def test_the_stopped_process_is_blamed_on_its_node_and_process_and_the_node_is_e
     assert requeue.outcome(logparse.parse_text(text), text, log.with_suffix("")).host == "node2"  # excluded: the node
 
 
+def test_the_2x2_e2e_recording_blames_node2_process_1_and_names_the_three_waiting(tmp_path):
+    """Issue 25's e2e run (tests/fixtures/hang/slurm-2x2-frozen-rank3): four per-process files, unedited."""
+    src = FIXTURES / "slurm-2x2-frozen-rank3"
+    stacks = {path.stem: path.read_text() for path in sorted(src.glob("*.txt"))}
+    marker = (src / "HANG").read_text().partition("\n")[0]
+    log = hang_job(tmp_path, stacks, ["node1", "node2"], marker)
+    cause = hang_stacks.read(log.with_suffix("") / "hang", ["node1", "node2"])
+    assert [(r.host, r.process, r.global_rank, r.state, r.wchan) for r in cause.ranks] == [
+        ("node1", 0, 0, "S", "futex_do_wait"), ("node1", 1, 1, "S", "futex_do_wait"),
+        ("node2", 0, 2, "S", "futex_do_wait"), ("node2", 1, 3, "T", "do_signal_stop"),
+    ]  # fmt: skip
+    assert cause.host == "node2" and cause.node_local
+    assert re.match(r"stacks: node2 process 1 \(global rank 3, pid \d+\) is stopped \(T\)", cause.because)
+    assert cause.because.endswith("the others wait for it (jax::BlockUntilReadyWithCancel)")
+    assert cause.waiting == tuple(
+        f"{name} in jax::BlockUntilReadyWithCancel"
+        for name in (
+            "node1 process 0 (global rank 0)",
+            "node1 process 1 (global rank 1)",
+            "node2 process 0 (global rank 2)",
+        )
+    )
+    assert cause.noticed == "on node1 (rank 0), phase training, last step 5, 30 s since"
+
+
 def test_a_node_whose_processes_wrote_no_stacks_is_missing_and_one_present_process_is_enough(tmp_path):
     stacks = {f"node1.proc{i}": per_process("n0.txt", "node1", 0, i) for i in (0, 1)}
     stacks["node2.proc0"] = per_process("n0.txt", "node2", 1, 0)
