@@ -2,7 +2,7 @@
 
 One watchdog runs beside training on every node (started by _train.sh, natively or in the container). It
 follows the job log (every rank's `completed step` lines land there, prefixed `N: ` under srun -l) and
-watches its own rank's step number. Progress is a new step, never the log's size or mtime: a job printing
+watches its own rank's step number (each of its processes' with LOCAL_WORLD_SIZE > 1, below). Progress is a new step, never the log's size or mtime: a job printing
 warnings in a loop is not making progress.
 
 The limit adapts (Settings): before the first step it is the compile allowance, HANG_COMPILE_TIMEOUT
@@ -17,6 +17,13 @@ median step time so far, never less than HANG_TIMEOUT. When it is exceeded:
 3. with HANG_ACTION=cancel (default) the first watchdog waits until every node's stacks are in (bounded),
    and each watchdog stops its own node's training (TERM, CONT, KILL after a grace), so the allocation is
    not wasted; the job then ends with status HANG. HANG_ACTION=report only records and keeps watching.
+
+With a process per device (LOCAL_WORLD_SIZE=N > 1, launch/procs.py) the node's one watchdog watches its N
+training processes (`jobkit launch` with LOCAL_RANK i, not their `jobkit procs` supervisor), each by its own
+`[rank<G>]: ` lines (after srun's `N: `, or alone under run_local.sh); the node's progress is its slowest running
+process's (one frozen process stops every other in JAX anyway). Their stacks go to hang/<host>.proc<i>.txt, one
+file per process, taken together; HANG_ACTION=cancel stops all N. The watchdog ends as soon as every process has
+(it waits on their pidfds between looks), and `jobkit procs`, its parent after _train.sh's exec, waits for it.
 
 HANG_TIMEOUT=off (or 0) turns the watchdog off. Bad settings (and a bad JAX_HEARTBEAT_TIMEOUT, whose default
 follows them: core/hang_settings.py) are one-line errors before training starts
