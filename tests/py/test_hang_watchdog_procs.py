@@ -4,6 +4,7 @@ watched by its `[rank<G>]: ` lines (the slowest is the node's progress), found b
 watchdog ends as soon as they do, and `jobkit procs` waits for it (nothing left for `jobkit reap`)."""
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -11,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+from launch_env import launcher_env
 
 from jobkit.launch import procs
 from jobkit.ops import hang_watchdog as hw
@@ -227,3 +229,24 @@ def test_pyspy_shim_takes_the_local_rank_th_training_process_below_the_superviso
     target = trainings[index]  # PYSPY_LOCAL_RANK past the count: the first, as before
     assert out.stdout == f"real dump -p {target} --subprocesses\n", out.stderr
     assert f"Ray worker {worker.pid} -> its training process {target}" in out.stderr
+
+
+# ------------------------------------------------------------------------------------------------ a real job
+
+
+@pytest.mark.e2e  # runs ./run_local.sh tiny for real, as 2 processes
+def test_run_local_with_two_processes_leaves_no_watchdog_behind(tmp_path):
+    """The watchdog ends with the node's processes and `jobkit procs` waits for it: run_local.sh's `jobkit reap`,
+    which stops whatever the run leaves behind the moment it ends, has nothing to stop (it stopped the watchdog
+    when it outlived its training by up to a look)."""
+    repo = Path(__file__).resolve().parents[2]
+    env = launcher_env(tmp_path / "ws", LOCAL_WORLD_SIZE="2", HANG_TIMEOUT="30")
+    run = subprocess.run(
+        [str(repo / "run_local.sh"), "tiny", "--", "steps=6"], env=env, capture_output=True, text=True, timeout=600
+    )
+    out = run.stdout + run.stderr
+    assert run.returncode == 0, out[-3000:]
+    assert re.search(r"^\[_train\] hang watchdog: pid \d+", out, re.M), out[-3000:]
+    assert re.search(r"^\[rank1\]: .*completed step: 5,", out, re.M), out[-3000:]
+    assert "left behind" not in out, out[-3000:]
+    assert "Status: SUCCESS (exit 0)" in out
