@@ -76,7 +76,8 @@ _record_environment() {
 
 # The hang watchdog (py/jobkit/ops/hang_watchdog.py) follows the job log beside training on every node, and on a
 # hang captures stacks into the job dir's hang/ and stops training. Started before training is exec'd, so it
-# outlives this script; it finds training by JOB_ID and NODE_RANK and ends when training does.
+# outlives this script; it finds training by JOB_ID and NODE_RANK (each of the LOCAL_WORLD_SIZE processes by its
+# LOCAL_RANK) and ends when training does (with LOCAL_WORLD_SIZE>1, `jobkit procs` waits for it before it exits).
 _start_hang_watchdog() {
   if [[ ${HANG_TIMEOUT:-} =~ ^(off|0|false|no)$ ]]; then
     echo "[_train] hang watchdog: off (HANG_TIMEOUT=$HANG_TIMEOUT)"

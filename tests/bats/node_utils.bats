@@ -400,6 +400,24 @@ esac'
   [ ! -s "$BATS_TEST_TMPDIR/err" ]
 }
 
+@test "preflight: a stale job's process per device (LOCAL_WORLD_SIZE=2) goes whole: its jobkit procs and both processes" {
+  preflight_stubs
+  in_pidns '
+    env JOB_ID=old-job bash -c "exec -a \"python jobkit procs -- python jobkit launch tiny.yml\" sleep 300" >/dev/null 2>&1 &
+    supervisor=$!
+    fake_training old-job local0; p0=$FAKE_PID
+    fake_training old-job local1; p1=$FAKE_PID
+    JOB_ID=new-job PREFLIGHT_KILL_WAIT=5 "$REPO_DIR/utils/preflight.sh" >"$T/out" 2>&1
+    echo "$(state_of $supervisor) $(state_of $p0) $(state_of $p1)" >"$T/states"
+    echo "$supervisor $p0 $p1" >"$T/pids"'
+  read -r supervisor p0 p1 <"$BATS_TEST_TMPDIR/pids"
+  cat "$BATS_TEST_TMPDIR/out"
+  [ "$(cat "$BATS_TEST_TMPDIR/states")" = "gone gone gone" ]
+  for pid in "$supervisor" "$p0" "$p1"; do
+    grep -q "stale training process PID $pid of job old-job" "$BATS_TEST_TMPDIR/out"
+  done
+}
+
 @test "preflight: a stale process that ignores SIGTERM gets SIGKILL" {
   preflight_stubs
   in_pidns '

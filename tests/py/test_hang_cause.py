@@ -296,6 +296,90 @@ def test_the_analysis_report_reads_the_same_blame(tmp_path):
     assert "blamed because stacks: n1&#x27;s training" in (log.with_suffix("") / "analysis" / "report.html").read_text()
 
 
+# ----------------------------------------------------------- a process per device (LOCAL_WORLD_SIZE, issue 25)
+
+
+def per_process(name: str, host: str, rank: int, local: int, state: str | None = None) -> str:
+    """A recorded stacks file as the watchdog writes it for process LOCAL of node RANK (2 per node)."""
+    text = recorded(name, state=state)
+    return re.sub(
+        r"^HANG on \S+ \(rank \d+\)",
+        f"HANG on {host} (rank {rank}, process {local}, global rank {rank * 2 + local})",
+        text,
+    )
+
+
+def two_by_two(tmp_path: Path, frozen: str = "node2.proc1") -> Path:
+    """A 2-node x 2-process HANG job: four per-process stacks files, FROZEN stopped (T), the others waiting."""
+    stacks = {
+        f"{host}.proc{local}": per_process("n1.txt" if f"{host}.proc{local}" == frozen else "n0.txt", host, rank, local)
+        for rank, host in enumerate(("node1", "node2"))
+        for local in (0, 1)
+    }
+    return hang_job(tmp_path, stacks, ["node1", "node2"])
+
+
+def test_per_process_stacks_files_are_read_as_node_and_process():
+    entry = hang_stacks.parse(per_process("n1.txt", "node2", 1, 1), "node2", 1)
+    assert (entry.host, entry.rank, entry.process, entry.global_rank, entry.state) == ("node2", 1, 1, 3, "T")
+    assert entry.name == "node2 process 1 (global rank 3)"
+    assert entry.describe().startswith(f"node2 process 1 (global rank 3, pid {entry.pid}) is stopped (T): ")
+
+
+def test_the_stopped_process_is_blamed_on_its_node_and_process_and_the_node_is_excluded(tmp_path):
+    log = two_by_two(tmp_path)
+    cause = hang_stacks.read(log.with_suffix("") / "hang", ["node1", "node2"])
+    assert [r.name for r in cause.ranks] == [
+        "node1 process 0 (global rank 0)", "node1 process 1 (global rank 1)",
+        "node2 process 0 (global rank 2)", "node2 process 1 (global rank 3)",
+    ]  # fmt: skip
+    assert cause.host == "node2" and cause.node_local and cause.blamed.process == 1
+    assert cause.because.startswith("stacks: node2 process 1 (global rank 3, pid ")
+    assert "is stopped (T): stopped by a signal (SIGSTOP" in cause.because
+    assert len(cause.waiting) == 3 and cause.waiting[2].startswith("node2 process 0 (global rank 2) in ")
+    found = classify(log)
+    assert (found.reason, found.host, found.retry) == ("hang", "node2", "retry-without-node")
+    data = json.loads(CliRunner().invoke(main, ["why", "--json", str(log)]).output)
+    assert (data["class"], data["host"], data["retry"]) == ("hang", "node2", "retry-without-node")
+    assert "node2 process 1 (global rank 3" in data["blamed_because"]
+    text = log.read_text()
+    assert requeue.outcome(logparse.parse_text(text), text, log.with_suffix("")).host == "node2"  # excluded: the node
+
+
+def test_the_2x2_e2e_recording_blames_node2_process_1_and_names_the_three_waiting(tmp_path):
+    """Issue 25's e2e run (tests/fixtures/hang/slurm-2x2-frozen-rank3): four per-process files, unedited."""
+    src = FIXTURES / "slurm-2x2-frozen-rank3"
+    stacks = {path.stem: path.read_text() for path in sorted(src.glob("*.txt"))}
+    marker = (src / "HANG").read_text().partition("\n")[0]
+    log = hang_job(tmp_path, stacks, ["node1", "node2"], marker)
+    cause = hang_stacks.read(log.with_suffix("") / "hang", ["node1", "node2"])
+    assert [(r.host, r.process, r.global_rank, r.state, r.wchan) for r in cause.ranks] == [
+        ("node1", 0, 0, "S", "futex_do_wait"), ("node1", 1, 1, "S", "futex_do_wait"),
+        ("node2", 0, 2, "S", "futex_do_wait"), ("node2", 1, 3, "T", "do_signal_stop"),
+    ]  # fmt: skip
+    assert cause.host == "node2" and cause.node_local
+    assert re.match(r"stacks: node2 process 1 \(global rank 3, pid \d+\) is stopped \(T\)", cause.because)
+    assert cause.because.endswith("the others wait for it (jax::BlockUntilReadyWithCancel)")
+    assert cause.waiting == tuple(
+        f"{name} in jax::BlockUntilReadyWithCancel"
+        for name in (
+            "node1 process 0 (global rank 0)",
+            "node1 process 1 (global rank 1)",
+            "node2 process 0 (global rank 2)",
+        )
+    )
+    assert cause.noticed == "on node1 (rank 0), phase training, last step 5, 30 s since"
+
+
+def test_a_node_whose_processes_wrote_no_stacks_is_missing_and_one_present_process_is_enough(tmp_path):
+    stacks = {f"node1.proc{i}": per_process("n0.txt", "node1", 0, i) for i in (0, 1)}
+    stacks["node2.proc0"] = per_process("n0.txt", "node2", 1, 0)
+    cause = hang_stacks.read(hang_job(tmp_path, stacks, ["node1", "node2", "node3"]).with_suffix("") / "hang",
+                             ["node1", "node2", "node3"])  # fmt: skip
+    assert cause.host == "node3" and cause.node_local, cause.because
+    assert [r.state for r in cause.ranks] == ["S", "S", "S", "missing"]
+
+
 def series(before: float, during: float, t_hang: float = 1000.0) -> list[tuple[float, float]]:
     """One host's line: BEFORE every 5 s until the stall began (t_hang - 60), DURING after it."""
     return [(float(t), before if t < t_hang - 60 else during) for t in range(int(t_hang) - 300, int(t_hang) + 1, 5)]
@@ -383,3 +467,49 @@ def test_two_node_job_with_rank_1_frozen_is_blamed_on_node2_from_its_stacks(loca
     )
     assert re.search(r"^  waiting: node1 \(rank 0\)", why.stdout, re.M), why.stdout
     assert "  retry: retry-without-node" in lines, why.stdout
+
+
+def process_pid(job_id: str, global_rank: int) -> int:
+    """The training process of GLOBAL_RANK (LOCAL_WORLD_SIZE > 1): `jobkit launch` with GLOBAL_RANK in its
+    environment (jobkit procs, its supervisor, has none)."""
+    pids = live_processes_of(job_id, TRAINING_CMDLINE)
+    needle = f"GLOBAL_RANK={global_rank}".encode()
+    mine = [p for p in pids if needle in Path(f"/proc/{p}/environ").read_bytes().split(b"\0")]
+    assert len(mine) == 1, (pids, mine)
+    return mine[0]
+
+
+def test_two_by_two_job_with_global_rank_3_frozen_is_blamed_on_node2_process_1(local_cluster, tmp_path):  # noqa: F811
+    """Issue 25's proof: 2 nodes x 2 processes (LOCAL_WORLD_SIZE=2); global rank 3 (node2's process 1) is stopped
+    (SIGSTOP); the watchdogs (HANG_TIMEOUT=30: a 5 s floor sees a loaded machine's healthy step gap as a hang)
+    take the stacks of all four processes, hang/<host>.proc<i>.txt, and stop the job; `jobkit why` blames node2
+    process 1 (global rank 3) and retries without node2."""
+    ws = tmp_path / "ws"
+    env = job_env(local_cluster, ws, tmp_path / "jax_cache")
+    env.update(HANG_TIMEOUT="30", HANG_STEP_FACTOR="5", MAX_RETRIES="0", LOCAL_WORLD_SIZE="2")
+    job_id, log = submit_job(env, "tiny:frozen2x2:", "-N", "2", "--", "steps=100000")
+    try:
+        wait_for(lambda: re.search(r"^1: \[rank3\]: .*completed step: 5,", read(log), re.M), 500, "rank 3 at step 5")
+        os.kill(process_pid(job_id, 3), signal.SIGSTOP)
+        record = local_cluster.wait_job(job_id, 300)
+    finally:
+        local_cluster.run(["scancel", job_id], check=False)
+        for left in live_processes_of(job_id, TRAINING_CMDLINE):
+            os.kill(left, signal.SIGKILL)
+    text = log.read_text()
+    assert record["JobState"] != "COMPLETED", record
+    assert re.search(r"Status: HANG \(exit \d+\)", text), text[-3000:]
+    assert "stopped sending heartbeats" not in text  # the watchdog, not JAX's heartbeat, ended it
+    hang = log.with_suffix("") / "hang"
+    names = ["node1.proc0.txt", "node1.proc1.txt", "node2.proc0.txt", "node2.proc1.txt"]
+    assert sorted(p.name for p in hang.glob("*.txt")) == names, text[-4000:]
+    for name in names:  # for the record (pytest -s)
+        print("\n".join((hang / name).read_text().splitlines()[:12]))
+    assert (hang / "node2.proc1.txt").read_text().startswith("HANG on node2 (rank 1, process 1, global rank 3): ")
+    assert re.search(r"^pid \d+, state T", (hang / "node2.proc1.txt").read_text(), re.M)
+    why = subprocess.run([JOBKIT, "why", "--json", str(log)], capture_output=True, text=True, timeout=60)
+    found = json.loads(why.stdout)
+    print(why.stdout)
+    assert (found["class"], found["host"], found["retry"]) == ("hang", "node2", "retry-without-node"), why.stdout
+    assert re.match(r"stacks: node2 process 1 \(global rank 3, pid \d+\) is stopped \(T\)", found["blamed_because"])
+    assert any(w.startswith("node1 process 0 (global rank 0)") for w in found["waiting"]), found["waiting"]

@@ -3,6 +3,10 @@
 Each file (ops/hang_watchdog.py writes it) starts with `HANG on <host> (rank N): <the marker's line>`, then
 `pid P, state <letter> (<word>)[, wchan <kernel function>]` (the training process's state in /proc), then
 py-spy's dump (`Thread T (idle): "MainThread"`, innermost frame first), or `no training process found`.
+With LOCAL_WORLD_SIZE > 1 (a process per device) there is one file per process, `<host>.proc<i>.txt` (i its
+LOCAL_RANK), whose first line is `HANG on <host> (rank N, process i, global rank G): ...`; each process is then
+one entry below ("rank" reads "process"), named `<host> process i (global rank G)`, and the blamed host is its
+node (a retry without the node excludes all of its processes).
 
 Per rank: its process state and the innermost frames of its main thread. The rank unlike the others is
 blamed, in this order: a process stopped (T, t) or in uninterruptible sleep (D): something outside the
@@ -48,7 +52,8 @@ STATE_MEANING = {
 NODE_LOCAL_STATES = {"T", "t", "D", "missing"}
 GONE_STATES = {"Z", "X", "none"}
 
-_HEADER = re.compile(r"^HANG on (\S+) \(rank (\d+)\): (.*)$")
+_HEADER = re.compile(r"^HANG on (\S+) \(rank (\d+)(?:, process (\d+), global rank (\d+))?\): (.*)$")
+_PROC_FILE = re.compile(r"^(.+)\.proc(\d+)$")  # <host>.proc<LOCAL_RANK>.txt: one of LOCAL_WORLD_SIZE processes
 _PROCESS = re.compile(r"^pid (\d+), state (\S+)(?: \(([^)]*)\))?(?:, wchan (\S+))?")
 _THREAD = re.compile(r'^Thread (?:0x)?[0-9a-fA-F]+ \(([^)]*)\)(?:: "(.*)")?')
 _FRAME = re.compile(r"^\s+(\S.*?)(?:\s+\(([^()]*)\))?\s*$")
@@ -80,9 +85,15 @@ class RankStacks:
     frames: tuple[str, ...] = ()  # the main thread's innermost frames, innermost first
     how: str = ""  # how the stacks were taken: py-spy --native, --nonblocking, or why not
     note: str = ""  # why the file was not read (ignored / unreadable)
+    process: int | None = None  # LOCAL_RANK with LOCAL_WORLD_SIZE > 1 (hang/<host>.proc<i>.txt), else None
+    global_rank: int | None = None  # its GLOBAL_RANK (node rank x LOCAL_WORLD_SIZE + LOCAL_RANK)
 
     @property
     def name(self) -> str:
+        """`node2 (rank 1)`; with a process per device `node2 process 1 (global rank 3)`."""
+        if self.process is not None:
+            ranked = f" (global rank {self.global_rank})" if self.global_rank is not None else ""
+            return f"{self.host} process {self.process}{ranked}"
         return f"{self.host} (rank {self.rank})" if self.rank is not None else self.host
 
     @property
@@ -108,12 +119,17 @@ class RankStacks:
         return f"{self.state_word} ({self.state})" if self.state_word else self.state
 
     def describe(self) -> str:
-        """`node2's training (rank 1, pid 9) is stopped (T): <meaning>; innermost: a < b`."""
+        """`node2's training (rank 1, pid 9) is stopped (T): <meaning>; innermost: a < b`; with a process per
+        device `node2 process 1 (global rank 3, pid 9) is stopped (T): ...`."""
         who = f"{self.host}'s training" + (
             f" (rank {self.rank}" + (f", pid {self.pid})" if self.pid else ")") if self.rank is not None else ""
         )
+        if self.process is not None:
+            ranked = f"global rank {self.global_rank}" if self.global_rank is not None else ""
+            inside = ", ".join(x for x in (ranked, f"pid {self.pid}" if self.pid else "") if x)
+            who = f"{self.host} process {self.process}" + (f" ({inside})" if inside else "")
         if self.state in ("none", "missing"):
-            said = f"{self.host}: {STATE_MEANING[self.state]}"
+            said = f"{self.name}: {STATE_MEANING[self.state]}"
         else:
             meaning = STATE_MEANING.get(self.state, "")
             said = f"{who} is {self.state_text}" + (f": {meaning}" if meaning else "")
@@ -156,14 +172,17 @@ def _function(frame: str) -> str:
     return f"{name} ({where})" if ".py:" in where else name
 
 
-def parse(text: str, host: str) -> RankStacks:
-    """One stacks file's TEXT (the watchdog's format, see the module doc) of HOST."""
+def parse(text: str, host: str, process: int | None = None) -> RankStacks:
+    """One stacks file's TEXT (the watchdog's format, see the module doc) of HOST (and of its PROCESS, the
+    LOCAL_RANK a `<host>.proc<i>.txt` names)."""
     lines = text.splitlines()
-    rank = None
+    rank = global_rank = None
     if lines:
         m = _HEADER.match(lines[0])
         if m:
             host, rank = m.group(1), int(m.group(2))
+            if m.group(3) is not None:
+                process, global_rank = int(m.group(3)), int(m.group(4))
     pid, state, word, wchan = None, "unknown", "", ""
     for line in lines[1:4]:
         m = _PROCESS.match(line)
@@ -180,7 +199,7 @@ def parse(text: str, host: str) -> RankStacks:
     if not how:
         failed = [ln for ln in lines if re.match(r"\[py-spy [\w-]+\] failed", ln)]
         how = failed[-1][:200] if failed else ""
-    return RankStacks(host, rank, state, word, pid, wchan, _main_frames(lines), how)
+    return RankStacks(host, rank, state, word, pid, wchan, _main_frames(lines), how, "", process, global_rank)
 
 
 def _main_frames(lines: list[str]) -> tuple[str, ...]:
@@ -211,12 +230,15 @@ def read(hang_dir: Path, nodes: list[str] | None = None) -> HangCause | None:
     except OSError:
         paths = []
     for path in paths:
-        host = path.stem
+        host, process = path.stem, None
+        m = _PROC_FILE.match(host)
+        if m:
+            host, process = m.group(1), int(m.group(2))
         try:
-            ranks.append(parse(files.read_own(path, in_own_dir=True), host))
+            ranks.append(parse(files.read_own(path, in_own_dir=True), host, process))
         except (FileNotFoundError, files.Untrusted, OSError) as exc:
             note = str(exc) if isinstance(exc, files.Untrusted) else f"cannot be read ({exc})"
-            ranks.append(RankStacks(host, None, "unknown", note=f"ignored: {note}"))
+            ranks.append(RankStacks(host, None, "unknown", note=f"ignored: {note}", process=process))
     read_ranks = [r for r in ranks if not r.note]
     if not read_ranks:
         return None
@@ -227,10 +249,10 @@ def read(hang_dir: Path, nodes: list[str] | None = None) -> HangCause | None:
         for i, node in enumerate(nodes):
             if node not in seen:
                 ranks.append(RankStacks(node, i, "missing"))
-    ranks.sort(key=lambda r: (r.rank is None, r.rank if r.rank is not None else 0, r.host))
+    ranks.sort(key=lambda r: (r.rank is None, r.rank if r.rank is not None else 0, r.host, r.process or 0))
     if not marker:
         marker = next((_HEADER.match(_first_line(hang_dir, r)) for r in read_ranks), None)
-        marker = marker.group(3) if marker else ""
+        marker = marker.group(5) if marker else ""
     m = _NOTICED.search(marker)
     noticed_host = m.group(1) if m else ""
     if m:  # `phase training, ..., 31 s since, noticed on node1 (rank 0)` -> `on node1 (rank 0), phase ...`
@@ -240,7 +262,8 @@ def read(hang_dir: Path, nodes: list[str] | None = None) -> HangCause | None:
 
 def _first_line(hang_dir: Path, rank: RankStacks) -> str:
     try:
-        return files.read_own(hang_dir / f"{rank.host}.txt", in_own_dir=True).partition("\n")[0]
+        name = rank.host if rank.process is None else f"{rank.host}.proc{rank.process}"
+        return files.read_own(hang_dir / f"{name}.txt", in_own_dir=True).partition("\n")[0]
     except (OSError, files.Untrusted):
         return ""
 
@@ -300,4 +323,4 @@ def _decide(marker: str, noticed_host: str, ranks: tuple[RankStacks, ...]) -> Ha
             "job (the network, the coordinator); no node is blamed",
             False,
         )
-    return cause(None, "stacks: no rank stands out (see hang/<host>.txt); no node is blamed", False)
+    return cause(None, "stacks: no rank stands out (see hang/<host>[.proc<i>].txt); no node is blamed", False)

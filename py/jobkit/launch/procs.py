@@ -22,6 +22,8 @@ Steps:
    JAX job with a process gone cannot make progress. Exit status: the first failure's, else 0.
    Where EXIT_FILE_ENV (PROCS_EXIT_FILE) names a file, `<pid> <rank> <local> <rc>` of that first failure is
    written to it: _train.sh (COREDUMP=1) looks for the core of that process, not of this supervisor.
+6. Before exiting, wait (INHERITED_WAIT s at most) for the children this process inherited from the shell
+   that exec'd it: the hang watchdog, which ends with the processes (so nothing is left for `jobkit reap`).
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ MAX_PER_NODE = 64  # more processes than any node has devices: a typo, not a lay
 KILL_GRACE = 30.0  # seconds between the TERM and the KILL of the processes left after a failure
 PREFIX = "[rank{rank}]: "
 EXIT_FILE_ENV = "PROCS_EXIT_FILE"
+INHERITED_WAIT = 10.0  # seconds to wait, after the processes, for the hang watchdog that ends with them
 
 
 class LayoutError(ValueError):
@@ -232,4 +235,21 @@ def main(command: Sequence[str], env: Mapping[str, str] | None = None) -> int:
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(signum, lambda s, _f: group.signal_all(s))
     group.start()
-    return group.wait()
+    rc = group.wait()
+    wait_inherited(INHERITED_WAIT)
+    return rc
+
+
+def wait_inherited(seconds: float) -> None:
+    """Waits up to SECONDS for the children this process has but did not start: _train.sh starts the hang
+    watchdog and then execs this process, so the watchdog is its child. It ends with training (at once: it
+    waits on the processes' exit); without this wait `jobkit reap` (run_local.sh), which stops whatever a
+    node's training leaves behind the moment it ends, would find it still there."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return  # none left
+        if pid == 0:
+            time.sleep(0.05)

@@ -2,7 +2,7 @@
 
 One watchdog runs beside training on every node (started by _train.sh, natively or in the container). It
 follows the job log (every rank's `completed step` lines land there, prefixed `N: ` under srun -l) and
-watches its own rank's step number. Progress is a new step, never the log's size or mtime: a job printing
+watches its own rank's step number (each of its processes' with LOCAL_WORLD_SIZE > 1, below). Progress is a new step, never the log's size or mtime: a job printing
 warnings in a loop is not making progress.
 
 The limit adapts (Settings): before the first step it is the compile allowance, HANG_COMPILE_TIMEOUT
@@ -17,6 +17,13 @@ median step time so far, never less than HANG_TIMEOUT. When it is exceeded:
 3. with HANG_ACTION=cancel (default) the first watchdog waits until every node's stacks are in (bounded),
    and each watchdog stops its own node's training (TERM, CONT, KILL after a grace), so the allocation is
    not wasted; the job then ends with status HANG. HANG_ACTION=report only records and keeps watching.
+
+With a process per device (LOCAL_WORLD_SIZE=N > 1, launch/procs.py) the node's one watchdog watches its N
+training processes (`jobkit launch` with LOCAL_RANK i, not their `jobkit procs` supervisor), each by its own
+`[rank<G>]: ` lines (after srun's `N: `, or alone under run_local.sh); the node's progress is its slowest running
+process's (one frozen process stops every other in JAX anyway). Their stacks go to hang/<host>.proc<i>.txt, one
+file per process, taken together; HANG_ACTION=cancel stops all N. The watchdog ends as soon as every process has
+(it waits on their pidfds between looks), and `jobkit procs`, its parent after _train.sh's exec, waits for it.
 
 HANG_TIMEOUT=off (or 0) turns the watchdog off. Bad settings (and a bad JAX_HEARTBEAT_TIMEOUT, whose default
 follows them: core/hang_settings.py) are one-line errors before training starts
@@ -34,12 +41,14 @@ from __future__ import annotations
 
 import os
 import re
+import select
 import signal
 import socket
 import statistics
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -48,6 +57,7 @@ import click
 from jobkit.core import clitypes, files, procfs
 from jobkit.core.errors import EXIT_SETTINGS, JobkitError
 from jobkit.core.hang_settings import STACK_WAIT, STOP_GRACE, Settings, SettingsError, heartbeat_timeout
+from jobkit.launch import procs
 
 STARTUP, COMPILE, TRAINING = "startup", "compile", "training"
 # Written into the job dir by _job.sbatch when Slurm warns of the time limit: the watchdog TERMs training.
@@ -55,15 +65,18 @@ TIME_LIMIT_MARKER = "time-limit-stop"
 INIT_MARKER = "After params initialized"  # MaxText prints it once the parameters exist; compiling follows
 STEP_RE = re.compile(r"completed step: (\d+), seconds: ([0-9.]+)")
 RANK_RE = re.compile(r"^\s*(\d+): ")
+# `jobkit procs` puts each process's lines behind `[rank<G>]: ` (after srun -l's `N: ` under Slurm).
+PROC_RE = re.compile(r"^\s*(?:\d+: )?\[rank(\d+)\]: ")
 MARKER_NAME = "HANG"
 
 
 @dataclass
 class Progress:
-    """One rank's progress as read from the job log."""
+    """One rank's (or, with LOCAL_WORLD_SIZE > 1, one process's) progress as read from the job log."""
 
     rank: str | None  # the `N: ` prefix srun -l gives this rank's lines; None when lines carry no prefix
     changed_at: float  # monotonic time of the last new step (or of the start)
+    proc: str | None = None  # the global rank G of a process's `[rank<G>]: ` prefix (jobkit procs), else None
     last_step: int | None = None
     step_times: list[float] = field(default_factory=list)
     initialised: bool = False
@@ -75,7 +88,11 @@ class Progress:
         return COMPILE if self.initialised else STARTUP
 
     def feed(self, line: str, now: float) -> None:
-        if self.rank is not None:
+        if self.proc is not None:
+            m = PROC_RE.match(line)
+            if m is None or m.group(1) != self.proc:
+                return
+        elif self.rank is not None:
             m = RANK_RE.match(line)
             if m is None or m.group(1) != self.rank:
                 return
@@ -123,23 +140,40 @@ class LogFollower:
         return lines
 
 
-def find_training(job_id: str, node_rank: str) -> int | None:
-    """The training process of this job and node: `jobkit launch` with JOB_ID and NODE_RANK in its environment
-    (several nodes of one job share a machine on a test cluster, so the rank is part of the match)."""
-    found = []
+def find_trainings(job_id: str, node_rank: str, per_node: int = 1) -> dict[int, int]:
+    """This job's and node's training processes, local rank -> pid: `jobkit launch` with JOB_ID and NODE_RANK in
+    its environment (several nodes of one job share a machine on a test cluster, so the rank is part of the match).
+    With PER_NODE > 1 (LOCAL_WORLD_SIZE) each is keyed by the LOCAL_RANK `jobkit procs` gave it; their supervisor
+    (`jobkit procs -- ... jobkit launch ...`) holds training's command line but is not training."""
+    found: dict[int, int] = {}
     for pid in procfs.pids():
         if pid == os.getpid():
             continue
         argv = procfs.cmdline(pid)
-        if not any(a.endswith("jobkit") and b == "launch" for a, b in zip(argv, argv[1:], strict=False)):
+        pairs = list(zip(argv, argv[1:], strict=False))
+        if not any(a.endswith("jobkit") and b == "launch" for a, b in pairs):
             continue
         if "ray-launch" in argv:
             continue  # RAY=1's driver on rank 0: its command line holds training's, but it is not training
-
+        if any(a.endswith("jobkit") and b == "procs" for a, b in pairs):
+            continue  # the supervisor of a node's LOCAL_WORLD_SIZE processes
         env = procfs.environ(pid) or {}
-        if env.get("JOB_ID") == job_id and env.get("NODE_RANK") == node_rank:
-            found.append(pid)
-    return min(found) if found else None
+        if env.get("JOB_ID") != job_id or env.get("NODE_RANK") != node_rank:
+            continue
+        local = 0
+        if per_node > 1:
+            raw = env.get("LOCAL_RANK", "")
+            if not (raw.isascii() and raw.isdigit()) or int(raw) >= per_node:
+                continue  # not one of the processes `jobkit procs` started
+            local = int(raw)
+        found[local] = min(found.get(local, pid), pid)  # a fork of training (same command line) is not it
+    return found
+
+
+def find_training(job_id: str, node_rank: str) -> int | None:
+    """The training process of this job and node (one process per node), else None."""
+    found = find_trainings(job_id, node_rank)
+    return found.get(0)
 
 
 def marker_body(first_line: str, job_id: str) -> str:
@@ -231,15 +265,50 @@ def pyspy() -> str:
     return str(beside) if beside.exists() else "py-spy"
 
 
-def stop_training(pid: int | None) -> None:
-    """CONT first (a stopped process cannot act on TERM), then procfs.stop: TERM, KILL after STOP_GRACE."""
-    if pid is None or not procfs.alive(pid):
+def stop_training(pids: int | list[int] | None) -> None:
+    """CONT first (a stopped process cannot act on TERM), then procfs.stop: TERM, KILL after STOP_GRACE; every
+    process of the node together (one grace for all)."""
+    if pids is None:
         return
+    live = []
+    for pid in [pids] if isinstance(pids, int) else pids:
+        if not procfs.alive(pid):
+            continue
+        try:
+            os.kill(pid, signal.SIGCONT)
+        except OSError:
+            continue
+        live.append(pid)
+    if live:
+        procfs.stop(live, STOP_GRACE)
+
+
+def nap(pids, seconds: float) -> None:
+    """Sleeps SECONDS, or less: until every one of PIDS has ended (a pidfd turns readable at its exit), so the
+    watchdog ends with training and not up to a look later, when whoever waits for the node (jobkit procs,
+    jobkit reap) may already be stopping what is left."""
+    fds = []
     try:
-        os.kill(pid, signal.SIGCONT)
-    except OSError:
-        return
-    procfs.stop([pid], STOP_GRACE)
+        for pid in pids:
+            try:
+                fds.append(os.pidfd_open(pid))
+            except ProcessLookupError:
+                continue  # ended already: no need to wait for it
+            except (OSError, AttributeError):  # a kernel (or Python) without pidfds: a plain sleep
+                time.sleep(seconds)
+                return
+        if not fds:
+            if not list(pids):
+                time.sleep(seconds)
+            return
+        deadline = time.monotonic() + seconds
+        waiting = list(fds)
+        while waiting and (left := deadline - time.monotonic()) > 0:
+            ready, _, _ = select.select(waiting, [], [], left)
+            waiting = [fd for fd in waiting if fd not in ready]
+    finally:
+        for fd in fds:
+            os.close(fd)
 
 
 def say(message: str) -> None:
@@ -262,6 +331,8 @@ class Watchdog:
     marker_line: str = ""  # the HANG marker's line, once a trusted one (or our own) is seen
     reported: set[str] = field(default_factory=set)  # the ignored files already said in the log
     training_pid: int | None = None  # the training process being watched, once found (tests wait on it)
+    per_node: int = 1  # LOCAL_WORLD_SIZE: training processes on this node (jobkit procs)
+    training_pids: dict[int, int] = field(default_factory=dict)  # local rank -> pid, once found
 
     def ignore(self, why: str) -> None:
         """Says once in the log which file was ignored and why (a teammate may have planted it)."""
@@ -300,61 +371,98 @@ class Watchdog:
             self.ignore(str(exc))
             return False
 
+    def progresses(self, started: float) -> dict[int, Progress]:
+        """What is read from the log, per local process: the node's rank (`N: `) with one process per node, each
+        process's `[rank<G>]: ` prefix with LOCAL_WORLD_SIZE > 1 (the node prefix is then not needed: G is)."""
+        if self.per_node == 1:
+            return {0: Progress(self.node_rank if self.nnodes > 1 else None, changed_at=started)}
+        base = int(self.node_rank) * self.per_node
+        return {i: Progress(None, changed_at=started, proc=str(base + i)) for i in range(self.per_node)}
+
+    def global_rank(self, local: int) -> int:
+        return int(self.node_rank) * self.per_node + local
+
+    def slowest(self, progress: dict[int, Progress], pids: dict[int, int], now: float) -> tuple[int, float, bool]:
+        """The node's progress is its slowest process's (one frozen process stops every other in JAX anyway):
+        (its local rank, seconds since its last step, whether that is past its limit). Only processes that run
+        count: one that has ended makes no more steps, and is no hang."""
+        worst: tuple[float, int, float] | None = None
+        for local, prog in progress.items():
+            if local not in pids:
+                continue
+            stalled = now - prog.changed_at
+            over = stalled - limit(self.settings, prog)
+            if worst is None or over > worst[0]:
+                worst = (over, local, stalled)
+        if worst is None:
+            return 0, 0.0, False
+        return worst[1], worst[2], worst[0] > 0
+
     def run(self, clock=time.monotonic) -> int:
         """Watch until training ends (0), or this node's training was stopped for a hang (3)."""
         follower = LogFollower(self.log)
         started = clock()
-        progress = Progress(self.node_rank if self.nnodes > 1 else None, changed_at=started)
+        progress = self.progresses(started)
         seen_training = False
         self.prepare()
         saving = False  # TERM sent for the time limit: training is saving a checkpoint, not hanging
-        pid: int | None = None
+        pids: dict[int, int] = {}
         while True:
             now = clock()
             for line in follower.new_lines():
-                progress.feed(line, now)
-            # /proc is scanned only until training is found; after that one liveness check per look.
-            if pid is None or not procfs.alive(pid):
-                pid = find_training(self.job_id, self.node_rank)
-            if pid is None:
+                for prog in progress.values():
+                    prog.feed(line, now)
+            # /proc is scanned until every process is found; after that one liveness check each per look.
+            if len(pids) < self.per_node or not all(procfs.alive(pid) for pid in pids.values()):
+                pids = find_trainings(self.job_id, self.node_rank, self.per_node)
+            if not pids:
                 if seen_training or now - started > self.start_wait:
                     return 0  # training ended (or never started): nothing to watch
             else:
                 seen_training = True
-                self.training_pid = pid
-            if pid is not None and not saving and self.time_limit_near():
+                self.training_pids = dict(pids)
+                self.training_pid = min(pids.values())
+            if pids and not saving and self.time_limit_near():
                 # Only training gets the TERM (MaxText saves at its next step and stops): a TERM to the whole job
                 # step would also stop Ray and the exporters under training while it saves.
                 saving = True
-                os.kill(pid, signal.SIGTERM)
-                say(f"[hang] {self.host}: Slurm's time limit is near: TERM to training (pid {pid}) to save and stop")
-            stalled = now - progress.changed_at
+                for pid in pids.values():
+                    os.kill(pid, signal.SIGTERM)
+                listed = ", ".join(str(pid) for pid in sorted(pids.values()))
+                say(f"[hang] {self.host}: Slurm's time limit is near: TERM to training (pid {listed}) to save and stop")
+            local, stalled, over = self.slowest(progress, pids, now)
             declared = self.hang_declared()
-            if pid is not None and not saving and not declared and stalled > limit(self.settings, progress):
-                self.declare(progress, stalled)
+            if pids and not saving and not declared and over:
+                self.declare(progress[local], stalled)
                 declared = self.hang_declared()
-            if declared and pid is None and not seen_training and now - started <= self.start_wait:
+            if declared and not pids and not seen_training and now - started <= self.start_wait:
                 # Another node declared a hang before this node's training showed up (a slow start): wait for
                 # it, or its stacks would say "no training process found" and it would run on unwatched.
                 time.sleep(self.interval)
                 continue
             if declared:
-                self.respond(pid)
+                self.respond(pids)
                 if self.settings.action == "cancel":
-                    stop_training(pid)
+                    stop_training(list(pids.values()))
                     return 3
                 return self.keep_reporting(follower, progress, clock)
-            time.sleep(self.interval)
+            nap(pids.values(), self.interval)
 
-    def keep_reporting(self, follower: LogFollower, progress: Progress, clock) -> int:
+    def keep_reporting(self, follower: LogFollower, progress: dict[int, Progress], clock) -> int:
         """HANG_ACTION=report: training goes on; say so once if it makes progress again, until it ends."""
-        last = progress.last_step
-        while find_training(self.job_id, self.node_rank) is not None:
+
+        def slowest_step():
+            steps = [p.last_step for p in progress.values()]
+            return None if None in steps else min(steps)
+
+        last = slowest_step()
+        while find_trainings(self.job_id, self.node_rank, self.per_node):
             for line in follower.new_lines():
-                progress.feed(line, clock())
-            if progress.last_step != last:
-                say(f"[hang] {self.host}: training made progress again (step {progress.last_step})")
-                last = progress.last_step
+                for prog in progress.values():
+                    prog.feed(line, clock())
+            if slowest_step() != last:
+                last = slowest_step()
+                say(f"[hang] {self.host}: training made progress again (step {last})")
             time.sleep(self.interval)
         return 0
 
@@ -377,26 +485,42 @@ class Watchdog:
         self.marker_line = line
         say(f"== HANG detected ({text}) ==")
 
-    def respond(self, pid: int | None) -> None:
-        """Capture this node's stacks. Before anything is stopped every node waits (bounded) for the others'
-        stacks: stopping one node's training ends the job step on every node (srun --kill-on-bad-exit)."""
-        header = f"HANG on {self.host} (rank {self.node_rank}): {self.marker_line}"
-        out = self.hang_dir / f"{self.host}.txt" if self.hang_dir_ok else None
-        how = capture_stacks(pid, out, header)
-        where = f"in {out}" if out else "above (the hang dir is not this user's)"
-        say(f"[hang] {self.host}: stacks of training (pid {pid}) {where} ({how})")
+    def stacks_file(self, local: int) -> str:
+        """`<host>.txt` with one process per node; `<host>.proc<LOCAL_RANK>.txt` with LOCAL_WORLD_SIZE > 1."""
+        return f"{self.host}.txt" if self.per_node == 1 else f"{self.host}.proc{local}.txt"
+
+    def respond(self, pids: dict[int, int]) -> None:
+        """Capture the stacks of this node's processes (together: py-spy may take seconds each). Before anything is
+        stopped every node waits (bounded) for the others' stacks: stopping one node's training ends the job step
+        on every node (srun --kill-on-bad-exit)."""
+
+        def take(local: int) -> tuple[int, Path | None, str]:
+            who = f"rank {self.node_rank}"
+            if self.per_node > 1:
+                who += f", process {local}, global rank {self.global_rank(local)}"
+            out = self.hang_dir / self.stacks_file(local) if self.hang_dir_ok else None
+            return local, out, capture_stacks(pids.get(local), out, f"HANG on {self.host} ({who}): {self.marker_line}")
+
+        with ThreadPoolExecutor(max_workers=self.per_node) as pool:
+            taken = list(pool.map(take, range(self.per_node)))
+        for local, out, how in taken:
+            where = f"in {out}" if out else "above (the hang dir is not this user's)"
+            what = "training" if self.per_node == 1 else f"process {local} (global rank {self.global_rank(local)})"
+            say(f"[hang] {self.host}: stacks of {what} (pid {pids.get(local)}) {where} ({how})")
         if self.settings.action != "cancel":
             say(f"[hang] {self.host}: training left running (HANG_ACTION=report)")
             return
         if not self.hang_dir_ok:
             say(f"[hang] {self.host}: stopping training (HANG_ACTION=cancel)")
             return
+        expected = self.nnodes * self.per_node
         deadline = time.monotonic() + STACK_WAIT
-        while time.monotonic() < deadline and len(list(self.hang_dir.glob("*.txt"))) < self.nnodes:
+        while time.monotonic() < deadline and len(list(self.hang_dir.glob("*.txt"))) < expected:
             time.sleep(0.5)
         have = len(list(self.hang_dir.glob("*.txt")))
-        if have < self.nnodes:
-            say(f"[hang] stacks from {have} of {self.nnodes} nodes after {STACK_WAIT} s; stopping anyway")
+        if have < expected:
+            of = f"{self.nnodes} nodes" if self.per_node == 1 else f"{expected} processes"
+            say(f"[hang] stacks from {have} of {of} after {STACK_WAIT} s; stopping anyway")
         say(f"[hang] {self.host}: stopping training (HANG_ACTION=cancel)")
 
 
@@ -450,6 +574,10 @@ def command(log, job_dir, interval, check, marker, time_limit):
     if log is None or job_dir is None:
         raise click.UsageError("--log and --job-dir are required (or --check)")
     env = os.environ
+    try:  # checked before training started (jobkit procs --check): an error here means a hand-made environment
+        per_node = procs.Layout.from_env(env).per_node
+    except procs.LayoutError as exc:
+        raise JobkitError("hang-watchdog", str(exc), EXIT_SETTINGS) from None
     host = (env.get("HANG_HOST") or socket.gethostname()).split(".")[0]
     dog = Watchdog(
         settings,
@@ -460,5 +588,6 @@ def command(log, job_dir, interval, check, marker, time_limit):
         int(env.get("NNODES", "1") or 1),
         host,
         interval,
+        per_node=per_node,
     )
     sys.exit(dog.run())
