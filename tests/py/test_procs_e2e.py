@@ -45,6 +45,18 @@ def steps_by_rank(text: str) -> dict[int, list[int]]:
     return {rank: sorted(steps) for rank, steps in found.items()}
 
 
+def assert_passed(text: str, nodes: int, job_id: str) -> None:
+    """The verdict line says PASS; where it counts devices (`2N×2 ... over 4 devices`), it counts every process."""
+    m = re.search(
+        rf"^tiny {nodes}N(×2)? \(job {re.escape(job_id)}\): [\d,]+ TGS/device(?: over (\d+) devices)? .*— PASS$",
+        text,
+        re.M,
+    )
+    assert m, text[-2000:]
+    if m.group(2) is not None:
+        assert m.group(1) == "×2" and int(m.group(2)) == 2 * nodes, m.group(0)
+
+
 def jax_processes(text: str) -> dict[int, tuple[int, int, int]]:
     """{global rank: (process id, process count, local device)} from the `[launch] JAX distributed` lines."""
     return {int(m.group(1)): tuple(int(g) for g in m.groups()[1:]) for m in JAX_LINE_RE.finditer(text)}
@@ -68,8 +80,8 @@ def test_run_local_with_two_processes_trains_both_with_their_own_device(tmp_path
     assert steps_by_rank(text) == {0: list(range(6)), 1: list(range(6))}, text[-3000:]
     assert jax_processes(text) == {0: (0, 2, 0), 1: (1, 2, 1)}
     assert not re.search(r"^PROC_EXIT ", text, re.M)
-    assert re.search(r"^tiny 1N \(job local_\S+\): [\d,]+ TGS/device .*— PASS$", text, re.M), text[-2000:]
     job_id = header(text)["JOB_ID"]
+    assert_passed(text, 1, job_id)
     assert live_processes_of(job_id) == []
 
 
@@ -99,7 +111,7 @@ def assert_four_processes_passed(job_id: str, text: str) -> None:
     assert steps_by_rank(text) == {rank: list(range(STEPS)) for rank in range(4)}, text[-3000:]
     assert jax_processes(text) == {rank: (rank, 4, rank % 2) for rank in range(4)}
     assert not re.search(r"^(\d+: )?(PROC_EXIT|NODE_EXIT) ", text, re.M), text[-3000:]
-    assert re.search(rf"^tiny 2N \(job {job_id}\): [\d,]+ TGS/device .*— PASS$", text, re.M), text[-2000:]
+    assert_passed(text, 2, job_id)
     assert live_processes_of(job_id) == []
 
 
