@@ -186,3 +186,25 @@ refused_before_job() {
   refused_before_job tiny -- _env_TUNE_PROFILE=ag_combine_2g
   [[ $output == *"TUNE_PROFILE='ag_combine_2g' is not a tuning profile"* ]]
 }
+
+# bad_procs ARGS...: run_local.sh refuses a LOCAL_WORLD_SIZE in one line with exit 2, and leaves no job behind.
+bad_procs() {
+  mkdir -p "$JOB_WORKSPACE"
+  run "$REPO_DIR/run_local.sh" "$@"
+  [ "$status" -eq 2 ]
+  [ "${#lines[@]}" -eq 1 ]
+  [[ ${lines[0]} == *"; set 1..64"* ]]
+  [ -z "$(find "$JOB_WORKSPACE" -mindepth 1 -name 'local_*')" ]
+}
+
+@test "a bad LOCAL_WORLD_SIZE (0, x, _env_ abc) is refused in one line naming the fix, and no job is left" {
+  LOCAL_WORLD_SIZE=0 bad_procs tiny -- steps=6
+  [[ $output == *"LOCAL_WORLD_SIZE=0 is not a process count per node; set 1..64"* ]]
+  LOCAL_WORLD_SIZE=x bad_procs tiny -- steps=6
+  [[ $output == *"LOCAL_WORLD_SIZE=x is not a whole number; set 1..64"* ]]
+  bad_procs tiny -- steps=6 _env_LOCAL_WORLD_SIZE=abc
+  [[ $output == *"LOCAL_WORLD_SIZE=abc is not a whole number; set 1..64"* ]]
+  # The environment's value wins over an _env_ one, as in the job (train_env.sh's train_setting).
+  LOCAL_WORLD_SIZE=65 bad_procs tiny -- steps=6 _env_LOCAL_WORLD_SIZE=2
+  [[ $output == *"LOCAL_WORLD_SIZE=65 is not a process count per node"* ]]
+}

@@ -123,6 +123,35 @@ def test_auto_detect_picks_podman_for_a_present_image_and_tiny_trains_in_it(cpu_
     assert containers_of(job_id) == []
 
 
+def test_two_processes_per_device_train_in_the_one_container(cpu_image, workspace):
+    """Issue 25: LOCAL_WORLD_SIZE crosses into the container, whose `jobkit procs` runs two JAX processes."""
+    env = container_env(workspace, cpu_image, LOCAL_WORLD_SIZE="2")
+    result = subprocess.run(
+        [str(REPO / "run_local.sh"), "tiny", "--", "steps=6"], env=env, capture_output=True, text=True, timeout=600
+    )
+    log = job_log(result.stdout)
+    text = log.read_text()
+    assert result.returncode == 0, text[-4000:]
+    head = header(text)
+    assert head["CONTAINER_RUNTIME"] == "podman" and head["LOCAL_WORLD_SIZE"] == "2"
+    job_id = head["JOB_ID"]
+    assert f"[container] runtime: podman, image: {cpu_image}, container: maxtext-{job_id}-node0" in text
+    assert re.search(r"^\[procs\] 2 processes on node 0 \(\S+\): global ranks 0-1 of NPROCS=2", text, re.M), text[
+        -3000:
+    ]
+    for rank in (0, 1):
+        steps = {int(m.group(1)) for m in re.finditer(rf"^\[rank{rank}\]: .*completed step: (\d+),", text, re.M)}
+        assert sorted(steps) == list(range(6)), (rank, text[-3000:])
+        assert f"[rank{rank}]: [launch] JAX distributed: process {rank} of 2 (local device {rank})" in text
+    # Where the verdict counts devices (`1N×2 ... over 2 devices`), it counts both processes.
+    verdict = re.search(
+        rf"^tiny 1N(×2)? \(job {job_id}\): [\d,]+ TGS/device(?: over (\d) devices)? .*— PASS$", text, re.M
+    )
+    assert verdict, text[-2000:]
+    assert verdict.group(2) in (None, "2")
+    assert containers_of(job_id) == [] and live_processes_of(job_id) == []
+
+
 def test_the_container_is_hardened_and_the_launcher_read_only(cpu_image, workspace):
     # Audit row C1, in a real container: what _container.sh's flags amount to inside.
     env = container_env(workspace, cpu_image, JOB_ID="hardening1", HANG_TIMEOUT="off")

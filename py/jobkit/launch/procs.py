@@ -19,7 +19,9 @@ Steps:
 5. TERM/INT/HUP reach every process. The first process to fail is told as
    `PROC_EXIT host=<h> rank=<G> local=<i> exit=<rc>` (the process-level twin of _job.sbatch's NODE_EXIT line),
    and the others are stopped (TERM, KILL after KILL_GRACE s), as srun --kill-on-bad-exit does for nodes: a
-   JAX job with a process gone cannot make progress. Exit status: the first failure's, else 0.
+   JAX job with a process gone cannot make progress. Exit status: the first failure's, else 0. A signal that
+   comes while the processes are being started reaches the ones started so far, and no more are started (the
+   exit status is then 128+signal: not every process ran).
    Where EXIT_FILE_ENV (PROCS_EXIT_FILE) names a file, `<pid> <rank> <local> <rc>` of that first failure is
    written to it: _train.sh (COREDUMP=1) looks for the core of that process, not of this supervisor.
 6. Before exiting, wait (INHERITED_WAIT s at most) for the children this process inherited from the shell
@@ -147,6 +149,8 @@ class Group:
         self.lock = threading.Lock()
         self.procs: list[subprocess.Popen] = []
         self.pumps: list[threading.Thread] = []
+        self.cancelled = 0  # the signal the supervisor got (TERM/INT/HUP), 0: none
+        self.reached = 0  # how many of self.procs that signal was passed to
 
     def say(self, text: str) -> None:
         with self.lock:
@@ -155,6 +159,8 @@ class Group:
 
     def start(self) -> None:
         for local in range(self.layout.per_node):
+            if self.cancelled:  # a TERM between two starts: start no more (the started ones have it already)
+                break
             proc = subprocess.Popen(
                 self.command,
                 env=self.layout.child_env(self.env, local),
@@ -163,6 +169,9 @@ class Group:
                 stderr=subprocess.STDOUT,
             )
             self.procs.append(proc)
+            if self.cancelled and self.reached < len(self.procs):  # it came while this process was being started
+                proc.send_signal(self.cancelled)
+                self.reached = len(self.procs)
             prefix = PREFIX.format(rank=self.layout.global_rank(local)).encode()
             pump = threading.Thread(target=_pump, args=(proc.stdout, prefix, self.out, self.lock), daemon=True)
             pump.start()
@@ -187,6 +196,12 @@ class Group:
                     proc.send_signal(signum)
                 except ProcessLookupError:
                     pass
+
+    def cancel(self, signum: int) -> None:
+        """Step 5: a TERM/INT/HUP to the supervisor reaches every process, and none is started after it."""
+        self.cancelled = self.cancelled or signum
+        self.signal_all(signum)
+        self.reached = len(self.procs)
 
     def wait(self, poll: float = 0.2) -> int:
         """Step 5: wait for every process; the first failure stops the others. Returns the exit status."""
@@ -218,6 +233,13 @@ class Group:
                     first_failure = exit_status(proc.returncode)
                     self.failed(local, first_failure)
                     break
+        if first_failure is None and self.cancelled and len(self.procs) < self.layout.per_node:
+            # Not every process ran: the job did not succeed, even where the started ones ended with 0.
+            self.say(
+                f"[procs] signal {self.cancelled} before every process started: {len(self.procs)} of"
+                f" {self.layout.per_node} ran"
+            )
+            return 128 + self.cancelled
         return first_failure or 0
 
 
@@ -233,7 +255,7 @@ def main(command: Sequence[str], env: Mapping[str, str] | None = None) -> int:
             group.say(f"[procs] one node: JAX coordinator on {where} (loopback only)")
     group.say(layout.line())
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        signal.signal(signum, lambda s, _f: group.signal_all(s))
+        signal.signal(signum, lambda s, _f: group.cancel(s))
     group.start()
     rc = group.wait()
     wait_inherited(INHERITED_WAIT)

@@ -14,6 +14,14 @@ fewer than N nodes, or an actor that could not start. Only then is it safe to ru
 2: bad usage. Per node, one line on stderr: "[ray_launch] node <ip> rank <r>: exited with code N" or
 "...: killed by SIGxxx".
 
+With a process per device (LOCAL_WORLD_SIZE > 1) it is still one actor per node: CMD is then `jobkit procs --
+jobkit launch ...` (_train.sh), and that node's `jobkit procs` (jobkit.launch.procs) starts and watches the node's N
+training processes. Why not one actor per device: placement (the node, its devices), failure (the first process
+to fail stops the node's others, told as PROC_EXIT) and the `[rank<G>]:` prefix of every line then live in one
+place, the same for the native, container and RAY=1 tiers, and Ray's view of the job (an actor per node, the
+node's exit status) does not change with N. MaxText writes TensorBoard from process 0 only (node 0), so the
+TensorBoard bridge and the TSDB find the one event stream where they found it before.
+
 Ray is imported only when the command runs (the CLI lists commands by importing their modules).
 """
 
