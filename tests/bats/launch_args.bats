@@ -149,3 +149,16 @@ setup() {
   [[ $output == *"256 bytes"* ]]
   [[ $output == *"alias"* ]]
 }
+
+@test "launch_check_procs: every value given is checked; the one training uses (the last _env_, else the environment's) is exported" {
+  local jobkit=$REPO_DIR/py/bin/jobkit
+  run bash -c "source '$REPO_DIR/utils/lib/launch_args.sh'; unset LOCAL_WORLD_SIZE; launch_check_procs '$jobkit' steps=1 && echo \"\${LOCAL_WORLD_SIZE-unset}\""
+  [ "$status" -eq 0 ] && [ "$output" = unset ]
+  run bash -c "source '$REPO_DIR/utils/lib/launch_args.sh'; LOCAL_WORLD_SIZE=3 launch_check_procs '$jobkit' _env_LOCAL_WORLD_SIZE=4 \"_env_LOCAL_WORLD_SIZE='2'\" && echo \"\$LOCAL_WORLD_SIZE\""
+  [ "$status" -eq 0 ] && [ "$output" = 2 ]
+  run bash -c "source '$REPO_DIR/utils/lib/launch_args.sh'; LOCAL_WORLD_SIZE=auto launch_check_procs '$jobkit' && echo \"\$LOCAL_WORLD_SIZE\""
+  [ "$status" -eq 0 ] && [ "$output" = auto ]
+  run bash -c "source '$REPO_DIR/utils/lib/launch_args.sh'; LOCAL_WORLD_SIZE=2 launch_check_procs '$jobkit' _env_LOCAL_WORLD_SIZE=0"
+  [ "$status" -eq 2 ]
+  [[ $output == "jobkit procs: LOCAL_WORLD_SIZE=0 is not a process count per node; set 1..64 or auto (one per GPU)" ]]
+}

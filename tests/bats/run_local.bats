@@ -204,7 +204,7 @@ bad_procs() {
   [[ $output == *"LOCAL_WORLD_SIZE=x is not a whole number; set 1..64"* ]]
   bad_procs tiny -- steps=6 _env_LOCAL_WORLD_SIZE=abc
   [[ $output == *"LOCAL_WORLD_SIZE=abc is not a whole number; set 1..64"* ]]
-  # The environment's value wins over an _env_ one, as in the job (train_env.sh's train_setting).
+  # Every value given is checked: a bad one in the environment is refused though an _env_ one would win.
   LOCAL_WORLD_SIZE=65 bad_procs tiny -- steps=6 _env_LOCAL_WORLD_SIZE=2
   [[ $output == *"LOCAL_WORLD_SIZE=65 is not a process count per node"* ]]
 }

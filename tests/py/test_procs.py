@@ -34,6 +34,7 @@ JOBKIT = [sys.executable, str(REPO / "py" / "bin" / "jobkit")]
         ({"LOCAL_WORLD_SIZE": "-1"}, "LOCAL_WORLD_SIZE=-1 is not a whole number"),
         ({"LOCAL_WORLD_SIZE": "1.5"}, "LOCAL_WORLD_SIZE=1.5 is not a whole number"),
         ({"LOCAL_WORLD_SIZE": "\u0662"}, "LOCAL_WORLD_SIZE=\u0662 is not a whole number"),  # an Arabic-Indic 2
+        ({"LOCAL_WORLD_SIZE": " 2"}, "LOCAL_WORLD_SIZE=' 2' has spaces around it"),  # the header would show them
         ({"LOCAL_WORLD_SIZE": "2", "NNODES": "2", "NODE_RANK": "2"}, "NODE_RANK=2 is not below NNODES=2"),
         ({"LOCAL_WORLD_SIZE": "2", "NNODES": "0"}, "NODE_RANK=0 is not below NNODES=0"),
         ({"LOCAL_WORLD_SIZE": "2", "NNODES": "two"}, "NNODES=two is not a whole number"),
@@ -44,7 +45,7 @@ def test_a_bad_layout_is_one_line_naming_the_setting_and_the_fix(env, named):
         procs.Layout.from_env(env)
     message = str(err.value)
     assert message.startswith(named) and "\n" not in message
-    assert re.search(r"; (set 1\.\.64|start training through submit\.sh)", message), message
+    assert re.search(r"; (set (a whole number )?1\.\.64|start training through submit\.sh)", message), message
 
 
 def test_the_cli_check_refuses_a_bad_value_in_one_line_with_exit_2():
@@ -64,9 +65,9 @@ def test_the_cli_check_prints_the_layout_and_no_command_is_refused():
     assert result.exit_code == 2 and "no command given" in result.output
 
 
-def test_unset_is_one_process_per_node_and_spaces_around_a_number_are_taken_off():
+def test_unset_is_one_process_per_node_and_the_ranks_come_from_the_tiers():
     assert procs.Layout.from_env({}) == procs.Layout(1, 1, 0)
-    assert procs.Layout.from_env({"LOCAL_WORLD_SIZE": " 4 ", "NNODES": "3", "NODE_RANK": "2"}) == procs.Layout(4, 3, 2)
+    assert procs.Layout.from_env({"LOCAL_WORLD_SIZE": "4", "NNODES": "3", "NODE_RANK": "2"}) == procs.Layout(4, 3, 2)
 
 
 def test_each_process_gets_its_ranks_the_count_and_everything_inherited():

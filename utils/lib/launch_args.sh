@@ -203,15 +203,28 @@ launch_setting() {
 }
 
 # launch_check_procs JOBKIT ARG...: LOCAL_WORLD_SIZE (a process per device, py/jobkit/launch/procs.py; a count or
-# auto), from the environment or an _env_ override, checked before the job exists; exported when given, so the
-# job's header shows it. Returns 2 after the checker's one-line error.
+# auto), checked before the job exists: the environment's value and every _env_LOCAL_WORLD_SIZE= among ARGs, so
+# that none is found bad only on the nodes. Exports the value training will use, so the job's header shows it:
+# _train.sh applies _env_ overrides after the environment, so the last _env_ one, else the environment's.
+# Returns 2 after the checker's one-line error.
 launch_check_procs() {
-  local jobkit=$1 value
+  local jobkit=$1 arg value used="" given=0
   shift
-  value=$(launch_setting LOCAL_WORLD_SIZE "$@") || return 0
-  # auto (one per usable GPU) is resolved on each node by _train.sh, where the GPUs are.
-  [[ $value == auto ]] || LOCAL_WORLD_SIZE=$value NNODES=1 NODE_RANK=0 "$jobkit" procs --check >/dev/null || return 2
-  export LOCAL_WORLD_SIZE=$value
+  local -a values=()
+  [[ -v LOCAL_WORLD_SIZE ]] && values+=("$LOCAL_WORLD_SIZE")
+  for arg; do
+    [[ $arg == _env_LOCAL_WORLD_SIZE=* ]] || continue
+    value=${arg#*=}
+    if [[ ${#value} -ge 2 && ( ($value == \"*\" ) || ($value == \'*\') ) ]]; then value=${value:1:-1}; fi
+    values+=("$value")
+  done
+  for value in "${values[@]}"; do
+    given=1 used=$value
+    # auto (one per usable GPU) is resolved on each node by _train.sh, where the GPUs are.
+    [[ $value == auto ]] || LOCAL_WORLD_SIZE=$value NNODES=1 NODE_RANK=0 "$jobkit" procs --check >/dev/null || return 2
+  done
+  (( given )) || return 0
+  export LOCAL_WORLD_SIZE=$used
 }
 
 # _launch_own_uid UID WORKSPACE: UID is this user's, or (running as root: a rootful container) the workspace's owner's.

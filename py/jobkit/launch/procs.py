@@ -76,6 +76,9 @@ class Layout:
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> Layout:
+        raw = env.get(SETTING) or "1"
+        if raw != raw.strip():  # the header and _train.sh's checks would see the spaces
+            raise LayoutError(f"{SETTING}='{raw}' has spaces around it; set a whole number 1..{MAX_PER_NODE} or auto")
         per_node = _whole(env, SETTING, "1", f"set 1..{MAX_PER_NODE} or auto (one per GPU)")
         if not 1 <= per_node <= MAX_PER_NODE:
             raise LayoutError(
