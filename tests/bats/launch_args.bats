@@ -162,3 +162,9 @@ setup() {
   [ "$status" -eq 2 ]
   [[ $output == "jobkit procs: LOCAL_WORLD_SIZE=0 is not a process count per node; set 1..64 or auto (one per GPU)" ]]
 }
+
+@test "launch_check_procs: a host that cannot run jobkit (exit other than 2) leaves the check to the nodes" {
+  make_stub nojobkit 'echo "ModuleNotFoundError: No module named click" >&2; exit 1'
+  run bash -c "source '$REPO_DIR/utils/lib/launch_args.sh'; LOCAL_WORLD_SIZE=2 launch_check_procs nojobkit && echo \"\$LOCAL_WORLD_SIZE\""
+  [ "$status" -eq 0 ] && [ "$output" = 2 ]
+}

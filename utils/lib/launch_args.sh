@@ -221,7 +221,12 @@ launch_check_procs() {
   for value in "${values[@]}"; do
     given=1 used=$value
     # auto (one per usable GPU) is resolved on each node by _train.sh, where the GPUs are.
-    [[ $value == auto ]] || LOCAL_WORLD_SIZE=$value NNODES=1 NODE_RANK=0 "$jobkit" procs --check >/dev/null || return 2
+    [[ $value == auto ]] && continue
+    # Exit 2 is a bad value. Anything else means this host cannot run jobkit (a container runtime with no host
+    # tools, as for the hang watchdog's check): each node's _train.sh checks it again before training.
+    local rc=0 err
+    err=$(LOCAL_WORLD_SIZE=$value NNODES=1 NODE_RANK=0 "$jobkit" procs --check 2>&1 >/dev/null) || rc=$?
+    if (( rc == 2 )); then echo "$err" >&2; return 2; fi
   done
   (( given )) || return 0
   export LOCAL_WORLD_SIZE=$used
