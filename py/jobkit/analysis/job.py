@@ -75,7 +75,7 @@ def load(log_path: Path, yml_path: str | None = None) -> JobFacts:
         raise JobReadError(f"cannot read {log_path}: {e.strerror}; check its permissions") from None
     job_dir = log_path.with_suffix("") if log_path.name.endswith(".log") else log_path.parent
     # The same steady window and profiler exclusion as `jobkit tgs` (the model's yml names the profiler steps).
-    summary = tgs.summarize(log, tgs.DEFAULT_STEADY, yml_path or default_yml(log.header)) if log.entries else None
+    summary = tgs.summarize(log, tgs.DEFAULT_STEADY, yml_path or default_yml(log.header)) if log.has_steps else None
     steps = series_after(str(log_path), None).get(STEP_METRIC, (None, []))[1]
     step_times = {int(v): ms / 1000.0 for ms, v in steps}
     tb, tb_problem = _tb_scalars(job_dir)
@@ -88,10 +88,10 @@ def load(log_path: Path, yml_path: str | None = None) -> JobFacts:
     if log.footer_status and log.footer_status != "SUCCESS":
         tail = failures.read_tail(str(log_path))
         facts.failure = failures.classify(
-            tail, status, log.footer_exit, has_steps=bool(log.entries), nodes=facts.nodes or None, job_dir=job_dir,
+            tail, status, log.footer_exit, has_steps=log.has_steps, nodes=facts.nodes or None, job_dir=job_dir,
             procs=log.local_world_size,
         )  # fmt: skip
-    elif log.footer_status is None and not log.entries:
+    elif log.footer_status is None and not log.has_steps:
         facts.failure = None
     return facts
 
