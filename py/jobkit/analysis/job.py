@@ -45,7 +45,7 @@ class JobFacts:
     log_path: Path
     job_dir: Path
     log: logparse.JobLog
-    text: str
+    text: str  # the log's text, but past its first TEXT_HEAD characters without its step lines (read_text)
     summary: tgs.Summary | None
     step_times: dict[int, float]  # step -> unix seconds (rank 0's line)
     tb: dict[str, list[tuple[int, float]]]  # TB_TAGS key -> [(step, value)]
@@ -68,7 +68,7 @@ class JobFacts:
 def load(log_path: Path, yml_path: str | None = None) -> JobFacts:
     try:
         log = logparse.load(str(log_path))
-        text = log_path.read_text(encoding="utf-8", errors="replace")
+        text = read_text(log_path)
     except logparse.LogError as e:
         raise JobReadError(str(e)) from None
     except OSError as e:
@@ -96,9 +96,30 @@ def load(log_path: Path, yml_path: str | None = None) -> JobFacts:
     return facts
 
 
+TEXT_HEAD = 200_000  # characters: where provenance() looks for the SOURCE / BRANCH / COMMIT blocks
+
+
+def read_text(log_path: Path) -> str:
+    """The log's text for the readers of its other lines (stages, provenance, the first absl time, the MFU note):
+    its first TEXT_HEAD characters whole, then every line but the step lines (`log` holds them, folded), once an
+    absl time has been seen (the first one may be a step line's). What those readers find is what they would in
+    the whole text, in memory that does not grow with ranks x steps (512 x 86,400 step lines are ~10 GB)."""
+    with open(log_path, encoding="utf-8", errors="replace") as fh:
+        head = fh.read(TEXT_HEAD)
+        parts = [head, fh.readline()]  # the rest of a line the head cut
+        timed = _ABSL_TIME.search(head) is not None
+        for line in fh:
+            if "completed step:" in line and timed:
+                continue
+            if not timed:
+                timed = _ABSL_TIME.match(line) is not None
+            parts.append(line)
+    return "".join(parts)
+
+
 def provenance(text: str) -> dict[str, str | None]:
     """The code the job ran: SOURCE / BRANCH / COMMIT blocks that _job.sbatch prints (None when absent)."""
-    found = {k.lower(): v.strip() for k, v in _PROVENANCE.findall(text[:200_000])}
+    found = {k.lower(): v.strip() for k, v in _PROVENANCE.findall(text[:TEXT_HEAD])}
     commit = found.get("commit", "")
     return {
         "source": found.get("source") or None,
