@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Usage: bench/scale/measure.py WORKDIR [--nodes 8,64,256,512] [--steps 1000] [--big-steps 4000] [--jobs 5000]
+"""Usage: bench/scale/measure.py WORKDIR [--nodes 8,64,256,512] [--steps 1000] [--big-steps 4000] [--jobs 5000] [--ops OP,..]
 Summary: Time and peak memory of every per-job operation at N nodes, and the model fitted to them (report.sh prints it)
 
 For each N: simulate.py's job log of N ranks x STEPS steps in a workspace of its own, then each operation as a
@@ -10,6 +10,10 @@ a hang-watchdog look (CPU per look over one look's new lines: two steps of every
 collection (the first watchdog counting N stacks files). Then the largest point, N=512 x BIG_STEPS, for the
 log operations, and the workspace operations over JOBS finished 8-node jobs. The jobkit measured is the one
 of $SCALE_PYTHON (another checkout's venv python, to compare; default this venv's, this checkout's jobkit). Each result is one JSON line on stdout.
+Side by side: SCALE_BEFORE=<another checkout's py/ dir> runs each log operation first with that jobkit (its
+PYTHONPATH) on the same log, just before this one, its rows marked "side": "before" (table.py shows them as
+`before -> after`). --ops tgs,analyze,...: only those log operations, and nothing else (no monitor, watchdog,
+stacks or workspace).
 Not part of CI. Everything is written under WORKDIR.
 """
 
@@ -29,6 +33,7 @@ sys.path.insert(0, str(HERE))
 simulate = importlib.import_module("simulate")  # bench/scale/simulate.py, beside this file
 
 PYTHON = os.environ.get("SCALE_PYTHON") or sys.executable  # its venv's editable jobkit is the one measured
+BEFORE = os.environ.get("SCALE_BEFORE")  # another checkout's py/ dir, measured side by side
 LOOK_S = 2.0  # the watchdog's --interval
 STEP_S = 1.0  # the simulated step time
 
@@ -57,7 +62,7 @@ def emit(op: str, nodes: int, steps: int, wall: float, rss: float, cpu: float, *
     print(json.dumps(row), flush=True)
 
 
-def log_ops(root: Path, nodes: int, steps: int, quick: bool = False) -> None:
+def log_ops(root: Path, nodes: int, steps: int, quick: bool = False, only: list[str] | None = None) -> None:
     ws = root / f"ws-{nodes}n-{steps}s"
     ws.mkdir(parents=True)
     log = ws / f"900001-scale-{nodes}n.log"
@@ -73,10 +78,16 @@ def log_ops(root: Path, nodes: int, steps: int, quick: bool = False) -> None:
         "dashboard": jobkit("dashboard", "--workspace", str(ws), "-o", str(out / "d.html")),
     }
     for op, cmd in ops.items():
-        if quick and op in ("analyze", "compare", "dashboard"):
+        if (quick and op in ("analyze", "compare", "dashboard")) or (only and op not in only):
             continue
+        if BEFORE:
+            wall, rss, cpu, _ = child(cmd, {"PYTHONPATH": BEFORE})
+            emit(op, nodes, steps, wall, rss, cpu, log_bytes=size, side="before")
         wall, rss, cpu, _ = child(cmd)
         emit(op, nodes, steps, wall, rss, cpu, log_bytes=size)
+    if only:
+        log.unlink()
+        return
     # The monitor over the same job, still running (no JOB SUMMARY): its first poll reads the whole log.
     running = ws / f"900002-scale-{nodes}n.log"
     simulate.write_log(running, nodes, steps, "none", job_id="900002")
@@ -178,12 +189,16 @@ def main() -> int:
     ap.add_argument("--steps", type=int, default=1000)
     ap.add_argument("--big-steps", type=int, default=4000)
     ap.add_argument("--jobs", type=int, default=5000)
+    ap.add_argument("--ops", default="", help="only these log operations (comma-separated), nothing else")
     args = ap.parse_args()
+    only = [op for op in args.ops.split(",") if op]
     root = args.workdir
     root.mkdir(parents=True, exist_ok=True)
     nodes_list = [int(n) for n in args.nodes.split(",")]
     for nodes in nodes_list:
-        log_ops(root, nodes, args.steps)
+        log_ops(root, nodes, args.steps, only=only)
+        if only:
+            continue
         _, rss, text = in_child("--watchdog", root, nodes)
         cpu = float(text.split()[-1])
         emit(
@@ -200,8 +215,8 @@ def main() -> int:
         took, size, _ = text.split()[-3:]
         emit("stacks collection", nodes, 0, float(took), rss, float(took), stack_bytes=int(size))
     if args.big_steps:
-        log_ops(root, max(nodes_list), args.big_steps, quick=True)
-    if args.jobs:
+        log_ops(root, max(nodes_list), args.big_steps, quick=True, only=only)
+    if args.jobs and not only:
         ws = root / "ws-many"
         simulate.write_workspace(ws, args.jobs, 8, 30)
         for op, cmd in {

@@ -7,7 +7,8 @@ For an operation over the job log the model is a straight line in the log's rank
 time = a + b*lines and RSS = c + d*lines, fitted by least squares to every measured point (the 4 node counts at
 STEPS steps and the largest, 512 x BIG_STEPS); an operation that no longer grows (O(1) between the largest
 node counts: it reads a big log at its ends) is predicted at its largest measured point. With BEFORE, each cell is
-`before -> after`. The limits (issue 24): 1 min and 2 GB on a login node, 1 % of a core per node for the watchdog.
+`before -> after`; so it is with one RESULTS file whose rows include measure.py's side-by-side ("side":
+"before") rows. The limits (issue 24): 1 min and 2 GB on a login node, 1 % of a core per node for the watchdog.
 """
 
 from __future__ import annotations
@@ -82,8 +83,12 @@ def summarize(results: list[dict]) -> dict[str, dict]:
 
 
 def main() -> int:
-    after = summarize(load(sys.argv[1]))
-    before = summarize(load(sys.argv[2])) if len(sys.argv) > 2 else None
+    rows = load(sys.argv[1])
+    before_rows = [r for r in rows if r.get("side") == "before"]
+    after = summarize([r for r in rows if r.get("side") != "before"])
+    if len(sys.argv) > 2:
+        before_rows = load(sys.argv[2])
+    before = summarize(before_rows) if before_rows else None
     nodes = sorted({n for e in after.values() for n in e["cells"]})
     head = f"{'operation':<24}" + "".join(f"{str(n) + ' nodes':>30}" for n in nodes)
     print(head + f"{'512 x big steps':>30}{'order':>8}{'512 x 24 h (pred)':>34}")

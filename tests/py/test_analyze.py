@@ -550,3 +550,31 @@ def test_a_ray_job_whose_metrics_were_off_says_why_in_its_analysis(tmp_path):
     facts = JobFacts(tmp_path / "31-x.log", tmp_path / "31-x", logparse.parse_text(text), text, None, {}, {}, None)
     assert build._read_tsdb(facts) == ({}, None, "RAY=1 but metrics were off: prometheus.sh: no binary", None)
     assert build._job_section(facts)["ray"] is True, "RAY=true asks for it, as _train.sh reads it"
+
+
+@pytest.mark.parametrize("first_absl", ["a step line", "another line"])
+def test_the_text_analyze_keeps_finds_what_the_whole_text_does(tmp_path, first_absl):
+    """job.read_text leaves out the step lines past the first TEXT_HEAD characters (issue 24: they are every
+    rank's, ~10 GB at 512 nodes x 24 h): stages, provenance, the MFU note and the first absl time stay the same."""
+    from jobkit.analysis import job
+
+    def step(n: int, rank: int, absl: bool = False) -> str:
+        prefix = f"0: [rank{rank}]: " if not absl else "0: "
+        return f"{prefix}I1124 16:18:{n % 60:02d}.000001 1 metric_logger.py:265] completed step: {n}, seconds: 1.0"
+
+    lines = ["JOB_ID=31", "JOB_NAME=x", "NNODES=1", "== SOURCE ==", "/src", "== BRANCH ==", "## main"]
+    lines += ["== COMMIT ==", "abc123", "the subject", "== Preflight END (3s) =="]
+    lines += [step(n, r) for n in range(600) for r in range(4)]  # `[rank<G>]: ` lines carry no absl time
+    lines.append(step(600, 0, absl=True) if first_absl == "a step line" else "0: I1124 16:20:00.000002 1 x.py:1] up")
+    lines += [step(n, r) for n in range(601, 1200) for r in range(4)]
+    lines += ["0: [MFU] peak unknown for this device", "== Training END (1200s) ==", "  Status: SUCCESS (exit 0)"]
+    path = tmp_path / "31-x.log"
+    path.write_text("\n".join(lines) + "\n")
+    whole, kept = path.read_text(), job.read_text(path)
+    assert len(whole) > 2 * job.TEXT_HEAD and len(kept) < len(whole) / 2
+    assert "completed step: 601," not in kept and "completed step: 1199," not in kept  # past the first absl time
+    assert kept[: job.TEXT_HEAD] == whole[: job.TEXT_HEAD]
+    assert job._stages(kept, {}) == job._stages(whole, {}) and len(job._stages(whole, {})) == 2
+    assert job.provenance(kept) == job.provenance(whole) and job.provenance(whole)["commit"] == "abc123"
+    assert job.mfu_note(kept) == job.mfu_note(whole) == "peak unknown for this device"
+    assert job._first_absl_time(kept) == job._first_absl_time(whole) is not None

@@ -1,6 +1,10 @@
 """Log parsing and TGS statistics on recorded MaxText logs."""
 
+import functools
 import json
+import math
+import operator
+import random
 import re
 import statistics
 
@@ -124,7 +128,7 @@ def test_short_run_has_no_steady_tgs_and_warns():
 
 def test_partial_steady_window_is_flagged_in_the_line():
     log = logparse.parse_file(MFU_LOG)
-    log.entries = [e for e in log.entries if e.step < 10]
+    log.steps = {step: f for step, f in log.steps.items() if step < 10}
     line = tgs.format_line(tgs.summarize(log), "PASS")
     assert "TGS/device (5/10 steady steps)" in line
 
@@ -159,7 +163,7 @@ def test_srun_prefixed_copy_gives_the_same_numbers():
     plain = tgs.summarize(logparse.parse_text(HEADER + "\n".join(lines)))
     prefixed = tgs.summarize(logparse.parse_text(HEADER + "\n".join("0: " + l for l in lines)))
     assert prefixed.tgs == plain.tgs and plain.tgs is not None
-    assert {e.node for e in prefixed.log.entries} == {0}
+    assert prefixed.log.prefixes() == ({0}, set())
 
 
 def test_two_nodes_are_averaged_per_step():
@@ -531,10 +535,10 @@ def test_a_big_log_read_at_its_ends_gives_the_same_line_as_read_whole(tmp_path, 
     monkeypatch.setattr(logparse, "BIG_LOG", 0)
     monkeypatch.setattr(logparse, "END_BYTES", 20_000)
     ends = logparse.parse_ends(str(log_path), tgs.steps_needed())
-    read = {e.step for e in ends.entries}
+    read = set(ends.steps)
     assert ends.partial and not whole.partial
     assert first + 300 not in read and first + 599 in read  # the middle was not read, the last step was
-    assert all(len([e for e in ends.entries if e.step == s]) == 4 for s in read)  # no step is half-read
+    assert all(f.lines == 4 for f in ends.steps.values())  # no step is half-read
     assert (ends.header, ends.footer_status, ends.footer_exit) == (whole.header, "FAILED", 1)
     a, b = tgs.summarize(whole), tgs.summarize(ends)
     assert (b.tgs, b.mfu, b.steady_range, b.final_loss) == (a.tgs, a.mfu, a.steady_range, a.final_loss)
@@ -545,3 +549,101 @@ def test_a_log_under_big_log_is_read_whole_by_parse_ends():
     for path in (MFU_LOG, TWO_NODE_LOG, SHORT_LOG):
         ends = logparse.parse_ends(str(path), tgs.steps_needed())
         assert not ends.partial and ends == logparse.parse_file(str(path))
+
+
+# ---- step lines folded per step while read (issue 24: memory O(steps), not O(steps x ranks)) ----
+
+
+def _unfolded(entries):
+    """The per-step points as they were before the fold: every line kept, grouped, statistics.fmean'd."""
+
+    def mean(values):
+        vals = [v for v in values if v is not None]
+        return statistics.fmean(vals) if vals else None
+
+    groups = {}
+    for e in entries:
+        groups.setdefault(e.step, []).append(e)
+    out = []
+    for step, group in sorted(groups.items()):
+        losses = [e.loss for e in group if e.loss is not None]
+        metrics = [mean(getattr(e, m) for e in group) for m in tgs.METRICS]
+        spread = max(losses) - min(losses) if losses else None
+        out.append((step, len(group), *metrics, mean(losses), spread))
+    return out
+
+
+def _same(a, b) -> bool:
+    """Equal to the bit, nan equal to nan."""
+    return len(a) == len(b) and all(
+        x == y or (isinstance(x, float) and isinstance(y, float) and math.isnan(x) and math.isnan(y))
+        for x, y in zip(a, b, strict=True)
+    )
+
+
+def _messy_log(nodes: int, procs: int, steps: int) -> str:
+    """NODES x PROCS processes (`N: [rank<G>]: `); the last rank is slow (seconds x3) and logs each step 2 steps
+    late; values have many digits (a plain float sum differs from fmean's); non-finite values at chosen steps."""
+    rng = random.Random(7)
+    ranks = nodes * procs
+    lines = [f"JOB_ID=78\nJOB_NAME=messy\nNNODES={nodes}\nLOCAL_WORLD_SIZE={procs}\nMODEL_NAME=tiny"]
+    late = []
+    for step in range(steps):
+        for g in range(ranks):
+            sec = rng.uniform(0.9, 1.1) * (3 if g == ranks - 1 else 1)
+            tgs_v = "inf" if (step, g) in ((6, 1), (9, 0)) else f"{rng.uniform(1e4, 2e4):.6f}"
+            sec_v = "inf" if (step, g) == (11, 2) else f"{sec:.9f}"
+            loss = f"{5 - step / 10 + rng.uniform(0, 1e-6):.9f}"
+            if (step, g) == (7, 0):  # a nan first: max()/min() keep it, so no mismatch is counted
+                loss = "nan"
+            if (step, g) == (8, ranks - 1):  # a nan later: passed over
+                loss = "nan"
+            mfu = "" if g % 3 == 0 else f"MFU: {rng.uniform(30, 40):.7f}%, "
+            line = (
+                f"{g // procs}: [rank{g}]: I1124 16:18:29.991666 1405 metric_logger.py:265] completed step: {step}, "
+                f"seconds: {sec_v}, TFLOP/s/device: {rng.uniform(100, 200):.8f}, {mfu}Tokens/s/device: {tgs_v}, "
+                f"total_weights: 262144, loss: {loss}, lm_loss: 1"
+            )
+            (late if g == ranks - 1 else lines).append(line)
+        if len(late) > 2:
+            lines.append(late.pop(0))
+    lines += late + ["==== JOB SUMMARY ====", "  Status: SUCCESS (exit 0)", "====================="]
+    return "\n".join(lines) + "\n"
+
+
+def test_a_log_folded_per_step_gives_what_its_lines_unfolded_give():
+    text = _messy_log(3, 4, 40)
+    lined = logparse.parse_text(text)
+    kept = logparse.parse_lines(text.splitlines(), "<text>", keep_lines=True)
+    assert not lined.entries and len(kept.entries) == 12 * 40  # folded: no line is kept unless asked
+    assert len(lined.steps) == 40 and {f.lines for f in lined.steps.values()} == {12}
+    folded = [
+        (p.step, p.entries, p.tgs, p.tflops, p.mfu, p.seconds, p.loss, p.loss_spread) for p in tgs.points_of(lined)
+    ]
+    reference = _unfolded(kept.entries)
+    assert len(folded) == len(reference) == 40
+    for got, want in zip(folded, reference, strict=True):
+        assert _same(got, want), (got, want)
+    by_step = {p[0]: p for p in folded}
+    assert by_step[6][2] == math.inf and math.isnan(by_step[7][6]) and math.isnan(by_step[8][6])  # a nan loss: nan mean
+    assert math.isnan(by_step[7][7]) and math.isfinite(by_step[8][7])  # the spread: as max() - min() give it
+    # the fold is exact: a running float sum (`+=`, not 3.12's compensated sum()) differs from fmean at some steps
+    plain = [functools.reduce(operator.add, (e.tflops for e in kept.entries if e.step == s)) / 12 for s in range(40)]
+    assert any(p != f[3] for p, f in zip(plain, folded, strict=True))
+    # and the summary reads the same: windows, warnings (loss mismatch, non-finite), table, JSON
+    a, b = tgs.summarize(lined), tgs.summarize(kept)
+    assert a.loss_mismatch_steps and a.loss_mismatch_steps == [
+        s for s, _, *_, spread in reference if spread is not None and spread > 1e-9
+    ]
+    assert 7 not in a.loss_mismatch_steps and 8 in a.loss_mismatch_steps
+    assert any("non-finite Tokens/s/device (inf at 6,9)" in w for w in a.warnings), a.warnings
+    assert json.dumps(tgs.to_dict(a)) == json.dumps(tgs.to_dict(b)) and tgs.format_table(a) == tgs.format_table(b)
+
+
+def test_a_log_made_of_lines_is_folded_when_summarized():
+    """A JobLog built from StepEntry lines (as the monitor builds one) folds them itself."""
+    kept = logparse.parse_lines(_messy_log(2, 2, 20).splitlines(), "<text>", keep_lines=True)
+    made = logparse.JobLog("<made>", header=kept.header, entries=kept.entries)
+    assert made.has_steps and made.prefixes() == ({0, 1}, {0, 1, 2, 3})
+    assert tgs.to_dict(tgs.summarize(made))["per_step"] == tgs.to_dict(tgs.summarize(kept))["per_step"]
+    assert not logparse.JobLog("<empty>").has_steps

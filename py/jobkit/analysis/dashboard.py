@@ -121,7 +121,7 @@ def read_row(log: Path, ws: Path, page_dir: Path) -> Row:
         row.start, row.date_from = _start(job.job_id, log)
     row.alias = parsed.header.get("MODEL_NAME_ALIAS", "")
     row.attempt, row.tgs = job.tries, job.tgs
-    if parsed.entries:
+    if parsed.has_steps:
         row.mfu = _finite(tgs.summarize(parsed).mfu)
     if job.status not in _NOT_FAILED:
         # As `jobkit why` does: the JOB SUMMARY's exit code names a signal, NODES lets a rank name its host.
@@ -129,7 +129,7 @@ def read_row(log: Path, ws: Path, page_dir: Path) -> Row:
             tail,
             parsed.footer_status,
             parsed.footer_exit,
-            has_steps=bool(parsed.entries),
+            has_steps=parsed.has_steps,
             nodes=logparse.header_nodes(parsed.header)[0],
         )
         # Without a JOB SUMMARY the job may still be running: only a concrete cause is worth a class.

@@ -45,7 +45,7 @@ class JobFacts:
     log_path: Path
     job_dir: Path
     log: logparse.JobLog
-    text: str
+    text: str  # the log's text, but past its first TEXT_HEAD characters without its step lines (read_text)
     summary: tgs.Summary | None
     step_times: dict[int, float]  # step -> unix seconds (rank 0's line)
     tb: dict[str, list[tuple[int, float]]]  # TB_TAGS key -> [(step, value)]
@@ -68,14 +68,14 @@ class JobFacts:
 def load(log_path: Path, yml_path: str | None = None) -> JobFacts:
     try:
         log = logparse.load(str(log_path))
-        text = log_path.read_text(encoding="utf-8", errors="replace")
+        text = read_text(log_path)
     except logparse.LogError as e:
         raise JobReadError(str(e)) from None
     except OSError as e:
         raise JobReadError(f"cannot read {log_path}: {e.strerror}; check its permissions") from None
     job_dir = log_path.with_suffix("") if log_path.name.endswith(".log") else log_path.parent
     # The same steady window and profiler exclusion as `jobkit tgs` (the model's yml names the profiler steps).
-    summary = tgs.summarize(log, tgs.DEFAULT_STEADY, yml_path or default_yml(log.header)) if log.entries else None
+    summary = tgs.summarize(log, tgs.DEFAULT_STEADY, yml_path or default_yml(log.header)) if log.has_steps else None
     steps = series_after(str(log_path), None).get(STEP_METRIC, (None, []))[1]
     step_times = {int(v): ms / 1000.0 for ms, v in steps}
     tb, tb_problem = _tb_scalars(job_dir)
@@ -88,17 +88,38 @@ def load(log_path: Path, yml_path: str | None = None) -> JobFacts:
     if log.footer_status and log.footer_status != "SUCCESS":
         tail = failures.read_tail(str(log_path))
         facts.failure = failures.classify(
-            tail, status, log.footer_exit, has_steps=bool(log.entries), nodes=facts.nodes or None, job_dir=job_dir,
+            tail, status, log.footer_exit, has_steps=log.has_steps, nodes=facts.nodes or None, job_dir=job_dir,
             procs=log.local_world_size,
         )  # fmt: skip
-    elif log.footer_status is None and not log.entries:
+    elif log.footer_status is None and not log.has_steps:
         facts.failure = None
     return facts
 
 
+TEXT_HEAD = 200_000  # characters: where provenance() looks for the SOURCE / BRANCH / COMMIT blocks
+
+
+def read_text(log_path: Path) -> str:
+    """The log's text for the readers of its other lines (stages, provenance, the first absl time, the MFU note):
+    its first TEXT_HEAD characters whole, then every line but the step lines (`log` holds them, folded), once an
+    absl time has been seen (the first one may be a step line's). What those readers find is what they would in
+    the whole text, in memory that does not grow with ranks x steps (512 x 86,400 step lines are ~10 GB)."""
+    with open(log_path, encoding="utf-8", errors="replace") as fh:
+        head = fh.read(TEXT_HEAD)
+        parts = [head, fh.readline()]  # the rest of a line the head cut
+        timed = _ABSL_TIME.search(head) is not None
+        for line in fh:
+            if "completed step:" in line and timed:
+                continue
+            if not timed:
+                timed = _ABSL_TIME.match(line) is not None
+            parts.append(line)
+    return "".join(parts)
+
+
 def provenance(text: str) -> dict[str, str | None]:
     """The code the job ran: SOURCE / BRANCH / COMMIT blocks that _job.sbatch prints (None when absent)."""
-    found = {k.lower(): v.strip() for k, v in _PROVENANCE.findall(text[:200_000])}
+    found = {k.lower(): v.strip() for k, v in _PROVENANCE.findall(text[:TEXT_HEAD])}
     commit = found.get("commit", "")
     return {
         "source": found.get("source") or None,

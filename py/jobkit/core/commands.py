@@ -85,7 +85,7 @@ def tgs_command(logfile, steady, as_json, as_line, status, exit_code, yml):
     if as_line:
         click.echo(tgs.format_line(summary, verdict(log, status, exit_code)))
         return
-    if not log.entries:
+    if not log.has_steps:
         raise JobkitError(
             "tgs",
             f"{logfile}: no 'completed step' lines (runs need steps>={window[1] + 1} for a steady TGS)",

@@ -4,6 +4,10 @@ Step lines may carry an `srun -l` task prefix (`0: `, ` 1: `: the node rank), th
 node (LOCAL_WORLD_SIZE=N, `jobkit procs`), the process's `[rank<G>]: ` (its global rank: node G // N, process
 G % N on it), and may or may not carry the `MFU: X%` field that jobkit.launch inserts. A step then has
 NNODES x N lines, one per process (= per device): readers average them per step, as they do the nodes'.
+The step lines are folded per step while they are read (StepFold: the count of lines, each field's exact sum,
+the loss's spread), so a parsed log holds one object per step whatever the number of ranks: 512 ranks x 86,400
+steps is 44 M lines but 86,400 folds. A reader that wants the lines themselves (the monitor: rank 0's) asks
+parse_lines for them (keep_lines).
 
 A big log (BIG_LOG bytes or more: 512 ranks write ~100 MB per 1,000 steps) is read whole only by the readers
 that need every step (`tgs`'s table, `analyze`, `compare`); those that need its header, its first steps (the
@@ -11,10 +15,10 @@ steady window) and its end (the JOB SUMMARY, the failure) read just those (`pars
 not grow with the run's length.
 """
 
+import math
 import os
 import re
 import shlex
-from collections import Counter
 from dataclasses import dataclass, field
 
 from jobkit.core.metrics_state import off_reason
@@ -42,7 +46,7 @@ _STATUS = re.compile(r"Status:\s*(?P<status>SUCCESS|FAILED|CANCELLED|HANG|STOPPE
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
-@dataclass(frozen=True, slots=True)  # slots: a 512-rank log holds ~500 of these per step
+@dataclass(frozen=True, slots=True)
 class StepEntry:
     """One `completed step` line (one process's view of one step: one node's, with one process per node)."""
 
@@ -61,16 +65,115 @@ class StepEntry:
         return self.node in (None, 0) and self.rank in (None, 0)
 
 
+FOLDED = tuple(STEP_FIELDS)  # StepFold's fields, in StepEntry's order: seconds, tflops, mfu, tgs, loss
+_NAN, _POS_INF, _NEG_INF = 1, 2, 4  # StepFold.special bits
+
+
+@dataclass(slots=True)
+class StepFold:
+    """Every line of one step folded into what the readers use: how many lines, and per field how many values,
+    their exact sum and the non-finite ones (so `mean` is statistics.fmean's of the same values, to the bit, in
+    O(1) memory per step), and the loss's spread (max - min, as max()/min() over the lines in log order give it).
+    """
+
+    step: int
+    lines: int = 0
+    count: list[int] = field(default_factory=lambda: [0] * len(FOLDED))
+    # the finite values' exact sum: num / 2**(exp - 1) (exp: the largest denominator's bit length seen)
+    num: list[int] = field(default_factory=lambda: [0] * len(FOLDED))
+    exp: list[int] = field(default_factory=lambda: [0] * len(FOLDED))
+    special: list[int] = field(default_factory=lambda: [0] * len(FOLDED))
+    loss_max: float | None = None
+    loss_min: float | None = None
+
+    def add(self, values) -> None:
+        """Fold one line's field VALUES (FOLDED order; None where the line lacks the field)."""
+        self.lines += 1
+        count, num, exp = self.count, self.num, self.exp
+        for i, v in enumerate(values):
+            if v is None:
+                continue
+            count[i] += 1
+            if v - v == 0.0:  # finite (inf - inf and nan - nan are nan)
+                m, d = v.as_integer_ratio()
+                k = d.bit_length()
+                e = exp[i]
+                if k > e:
+                    num[i] <<= k - e
+                    exp[i] = e = k
+                num[i] += m << (e - k)
+            else:
+                self.special[i] |= _NAN if v != v else _POS_INF if v > 0 else _NEG_INF
+        loss = values[-1]
+        if loss is not None:
+            if self.loss_max is None:
+                self.loss_max = self.loss_min = loss
+            else:  # max()'s and min()'s own rule, line by line: a nan first stays, a nan later is passed over
+                if loss > self.loss_max:
+                    self.loss_max = loss
+                if loss < self.loss_min:
+                    self.loss_min = loss
+
+    def mean(self, name: str) -> float | None:
+        """The mean of the field's values over the step's lines (None: no line had it); nan or inf where
+        math.fsum would give one (nan, not an error, for +inf and -inf together)."""
+        i = FOLDED.index(name)
+        if not self.count[i]:
+            return None
+        special = self.special[i]
+        if special:
+            if special & _NAN or special == _POS_INF | _NEG_INF:
+                return math.nan
+            return math.inf if special == _POS_INF else -math.inf
+        total = self.num[i] / (1 << (self.exp[i] - 1)) if self.exp[i] else 0.0  # int / int rounds correctly
+        return total / self.count[i]
+
+    @property
+    def loss_spread(self) -> float | None:
+        """max - min of the step's losses (None: no line had one)."""
+        return None if self.loss_max is None else self.loss_max - self.loss_min
+
+
+def fold(entries) -> dict[int, StepFold]:
+    """The StepFolds of ENTRIES (StepEntry lines), by step in order of first appearance."""
+    steps: dict[int, StepFold] = {}
+    for e in entries:
+        f = steps.get(e.step)
+        if f is None:
+            f = steps[e.step] = StepFold(e.step)
+        f.add((e.seconds, e.tflops, e.mfu, e.tgs, e.loss))
+    return steps
+
+
 @dataclass
 class JobLog:
     path: str
     header: dict[str, str] = field(default_factory=dict)
-    entries: list[StepEntry] = field(default_factory=list)
+    steps: dict[int, StepFold] = field(default_factory=dict)  # every step line, folded per step
+    node_prefixes: set[int] = field(default_factory=set)  # the srun `N: ` prefixes the step lines carried
+    rank_prefixes: set[int] = field(default_factory=set)  # the `[rank<G>]: ` prefixes the step lines carried
+    entries: list[StepEntry] = field(default_factory=list)  # the lines themselves: parse_lines(keep_lines=True)
     config_params: dict[str, str] = field(default_factory=dict)
     footer_status: str | None = None
     footer_exit: int | None = None
     metrics_off: str | None = None  # why a RAY=1 job's metrics were off, as its first such line says (metrics_state)
-    partial: bool = False  # parse_ends: entries hold the first steps and the last END_BYTES' steps, not every step
+    partial: bool = False  # parse_ends: steps hold the first steps and the last END_BYTES' steps, not every step
+
+    @property
+    def has_steps(self) -> bool:
+        """Whether the log has any step line."""
+        return bool(self.steps or self.entries)
+
+    def step_folds(self) -> dict[int, StepFold]:
+        """The steps folded: those parse_lines folded, else those of `entries` (a JobLog made of lines)."""
+        return self.steps if self.steps or not self.entries else fold(self.entries)
+
+    def prefixes(self) -> tuple[set[int], set[int]]:
+        """(node prefixes, rank prefixes) the step lines carried (of `entries` for a JobLog made of lines)."""
+        if self.steps or not self.entries:
+            return self.node_prefixes, self.rank_prefixes
+        nodes = {e.node for e in self.entries if e.node is not None}
+        return nodes, {e.rank for e in self.entries if e.rank is not None}
 
     @property
     def nnodes_header(self) -> tuple[str, str] | None:
@@ -138,21 +241,31 @@ def parse_header_line(line: str) -> tuple[str, str] | None:
     return m.group("key"), value
 
 
-def parse_step_line(line: str) -> StepEntry | None:
-    """A StepEntry for a MaxText `completed step:` line, else None."""
+_PATTERNS = tuple(STEP_FIELDS.values())
+
+
+def _step_fields(line: str) -> tuple[int, int | None, int | None, list[float | None]] | None:
+    """(step, node, rank, [the FOLDED fields' values]) of a `completed step:` line, else None."""
     m = _STEP.search(line)
     if not m:
         return None
     prefix = _PREFIX.match(line)  # always matches (both parts are optional)
     rest = line[m.end() :]
-    values = {}
-    for name, pat in STEP_FIELDS.items():
+    values = []
+    for pat in _PATTERNS:
         found = pat.search(rest)
-        values[name] = float(found.group(1)) if found else None
+        values.append(float(found.group(1)) if found else None)
     node, rank = prefix.group("node"), prefix.group("rank")
-    return StepEntry(
-        int(m.group("step")), int(node) if node is not None else None, **values, rank=int(rank) if rank else None
-    )
+    return int(m.group("step")), int(node) if node is not None else None, int(rank) if rank else None, values
+
+
+def parse_step_line(line: str) -> StepEntry | None:
+    """A StepEntry for a MaxText `completed step:` line, else None."""
+    found = _step_fields(line)
+    if found is None:
+        return None
+    step, node, rank, values = found
+    return StepEntry(step, node, *values, rank=rank)
 
 
 def parse_text(text: str, path: str = "<text>") -> JobLog:
@@ -160,9 +273,11 @@ def parse_text(text: str, path: str = "<text>") -> JobLog:
     return parse_lines(text.splitlines(), path)
 
 
-def parse_lines(lines, path: str = "<lines>", scan_header: bool = True) -> JobLog:
-    """SCAN_HEADER False: the lines come from the middle of a log, and none of them is a header line."""
+def parse_lines(lines, path: str = "<lines>", scan_header: bool = True, keep_lines: bool = False) -> JobLog:
+    """SCAN_HEADER False: the lines come from the middle of a log, and none of them is a header line.
+    KEEP_LINES: `entries` holds every step line too (a StepEntry each: memory grows with ranks x steps)."""
     log = JobLog(path)
+    steps, nodes, ranks = log.steps, log.node_prefixes, log.rank_prefixes
     # lines of the top looked at for the header; `set -x` trace lines (_DEBUG=1) do not count
     scanned = 0 if scan_header else HEADER_SCAN_LINES
     for line in lines:
@@ -173,9 +288,19 @@ def parse_lines(lines, path: str = "<lines>", scan_header: bool = True) -> JobLo
                 log.header[kv[0]] = kv[1]
                 continue
         if "completed step:" in line:
-            entry = parse_step_line(line)
-            if entry:
-                log.entries.append(entry)
+            found = _step_fields(line)
+            if found:
+                step, node, rank, values = found
+                f = steps.get(step)
+                if f is None:
+                    f = steps[step] = StepFold(step)
+                f.add(values)
+                if node is not None:
+                    nodes.add(node)
+                if rank is not None:
+                    ranks.add(rank)
+                if keep_lines:
+                    log.entries.append(StepEntry(step, node, *values, rank=rank))
             continue
         if "Config param " in line:
             m = _CONFIG_PARAM.search(line)
@@ -270,10 +395,12 @@ def parse_ends(path: str, first_steps: int) -> JobLog:
     tail = parse_lines(lines, path, scan_header=False)
     # Only whole steps are kept: the head's up to the steps needed (the lag read past them may have cut some),
     # the end's with as many lines as most of its steps have (its first ones may have lost a rank's lines).
-    log.entries = [e for e in log.entries if e.step <= head.needed]
-    counts = Counter(e.step for e in tail.entries if e.step > head.stopped)
-    whole = max(counts.values(), default=0)
-    log.entries.extend(e for e in tail.entries if e.step > head.stopped and counts[e.step] == whole)
+    log.steps = {s: f for s, f in log.steps.items() if s <= head.needed}
+    ends = [f for s, f in tail.steps.items() if s > head.stopped]
+    whole = max((f.lines for f in ends), default=0)
+    log.steps.update((f.step, f) for f in ends if f.lines == whole)
+    log.node_prefixes |= tail.node_prefixes  # the prefixes of every line read, a dropped step's too
+    log.rank_prefixes |= tail.rank_prefixes
     log.config_params.update(tail.config_params)
     log.footer_status, log.footer_exit = tail.footer_status, tail.footer_exit
     log.metrics_off = log.metrics_off or tail.metrics_off

@@ -19,7 +19,7 @@ import statistics
 from dataclasses import dataclass, field
 
 from jobkit.core.config import load_yaml_keys, parse_overrides
-from jobkit.core.logparse import JobLog, StepEntry
+from jobkit.core.logparse import JobLog, StepEntry, StepFold, fold
 
 DEFAULT_STEADY = (5, 14)
 METRICS = ("tgs", "tflops", "mfu", "seconds")
@@ -57,7 +57,7 @@ def stat(values) -> Stat | None:
 
 @dataclass(frozen=True)
 class StepPoint:
-    """One logical step: metrics averaged over the entries (nodes) that logged it."""
+    """One logical step: metrics averaged over the entries (the lines: one per node, or per process) that logged it."""
 
     step: int
     entries: int
@@ -65,32 +65,26 @@ class StepPoint:
     tflops: float | None
     mfu: float | None
     seconds: float | None
-    losses: tuple[float, ...]
-
-    @property
-    def loss(self) -> float | None:
-        return statistics.fmean(self.losses) if self.losses else None
+    loss: float | None  # the mean of the lines' losses
+    loss_spread: float | None = None  # max - min of the lines' losses (None: no line had one)
 
 
-def _mean_or_none(values) -> float | None:
-    vals = [v for v in values if v is not None]
-    return statistics.fmean(vals) if vals else None
+def step_points(folds: dict[int, StepFold]) -> list[StepPoint]:
+    """The steps (sorted), each with its lines' values averaged."""
+    return [
+        StepPoint(step, f.lines, *(f.mean(name) for name in METRICS), f.mean("loss"), f.loss_spread)
+        for step, f in sorted(folds.items())
+    ]
 
 
 def per_step(entries: list[StepEntry]) -> list[StepPoint]:
     """Group entries by step (sorted) and average across nodes."""
-    groups: dict[int, list[StepEntry]] = {}
-    for entry in entries:
-        groups.setdefault(entry.step, []).append(entry)
-    return [
-        StepPoint(
-            step,
-            len(group),
-            *(_mean_or_none(getattr(e, name) for e in group) for name in METRICS),
-            tuple(e.loss for e in group if e.loss is not None),
-        )
-        for step, group in sorted(groups.items())
-    ]
+    return step_points(fold(entries))
+
+
+def points_of(log: JobLog) -> list[StepPoint]:
+    """The log's steps, averaged over their lines."""
+    return step_points(log.step_folds())
 
 
 def steps_needed(steady: tuple[int, int] = DEFAULT_STEADY) -> int:
@@ -225,7 +219,7 @@ class Summary:
 
 def summarize(log: JobLog, steady: tuple[int, int] = DEFAULT_STEADY, yml_path: str | None = None) -> Summary:
     """Windows, stats and warnings for one parsed log."""
-    points = per_step(log.entries)
+    points = points_of(log)
     # A run resumed from a checkpoint (a requeued attempt) starts at the saved step and compiles again
     # there: its steady window counts from its own first step, not from step 0.
     offset = points[0].step if points and points[0].step > 0 else 0
@@ -252,7 +246,7 @@ def summarize(log: JobLog, steady: tuple[int, int] = DEFAULT_STEADY, yml_path: s
     entries_per_step = max(set(counts), key=counts.count) if counts else 0
     summary = Summary(log, points, steady, excluded, windows, entries_per_step)
     summary.first_step, summary.nominal_start, summary.settled = offset, nominal, settled
-    summary.loss_mismatch_steps = [p.step for p in points if p.losses and max(p.losses) - min(p.losses) > 1e-9]
+    summary.loss_mismatch_steps = [p.step for p in points if p.loss_spread is not None and p.loss_spread > 1e-9]
     summary.warnings = _warnings(summary)
     summary.notes = _notes(summary)
     return summary
@@ -315,12 +309,11 @@ def _warnings(s: Summary) -> list[str]:
             f"resumed at step {s.first_step}: still below {SETTLE_FRACTION:.0%} of its settled TGS at step {a}, one "
             f"window past its warm-up; the steady window {a}-{b} may still hold the restore's slow steps"
         )
-    nodes = {e.node for e in s.log.entries if e.node is not None}
+    nodes, ranks = s.log.prefixes()
     # Fewer prefixes than nodes means a node logged nothing; more is fine
     # (1-GPU-per-process launches label every process).
     if s.log.nnodes and nodes and len(nodes) < s.log.nnodes:
         out.append(f"NNODES={s.log.nnodes} but step lines came from {len(nodes)} node prefix(es)")
-    ranks = {e.rank for e in s.log.entries if e.rank is not None}
     procs = s.log.local_world_size
     if procs > 1 and s.log.devices and ranks and len(ranks) < s.log.devices:
         out.append(

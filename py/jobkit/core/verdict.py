@@ -30,5 +30,5 @@ def verdict(log: logparse.JobLog, status: str | None, exit_code: int | None) -> 
         return "STOPPED early (not a full run; see the JOB SUMMARY)"
     if exit_code is None:
         exit_code = log.footer_exit
-    found = failures.classify(failures.read_tail(log.path), status, exit_code, has_steps=bool(log.entries))
+    found = failures.classify(failures.read_tail(log.path), status, exit_code, has_steps=log.has_steps)
     return f"FAIL ({found.reason})"  # the class only; `jobkit why` gives detail and evidence

@@ -51,9 +51,13 @@ def series_after(
     try:
         mtime = os.stat(log_path).st_mtime
         with open(log_path, encoding="utf-8", errors="replace") as fh:
-            lines = fh.read().splitlines()
+            return _series(fh, mtime, after_step, bounds)
     except OSError:
         return {}
+
+
+def _series(lines, mtime: float, after_step: int | None, bounds: dict[str, int]) -> dict:
+    """series_after over LINES (streamed: a log's lines are every rank's, only rank 0's are kept)."""
     year = time.localtime(mtime).tm_year
     found: dict[str, dict[int, float]] = {}
     seen: set[int] = set()

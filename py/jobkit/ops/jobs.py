@@ -99,7 +99,7 @@ def read_job(path: Path, why: bool = False) -> Job:
     tail = failures.read_tail(str(path)) if parsed.footer_status or asked else ""  # read once for both
     wall_match = _WALL.search(tail) if parsed.footer_status else None
     value = None
-    if parsed.entries:
+    if parsed.has_steps:
         summary = tgs.summarize(parsed)
         value = summary.tgs if summary.tgs is not None and math.isfinite(summary.tgs) else None
     obs = metrics_state.state(
@@ -149,7 +149,7 @@ def classify_job(path: Path, parsed: logparse.JobLog, tail: str) -> tuple[str, d
         _thin_steps(tail),
         None,
         parsed.footer_exit,
-        has_steps=bool(parsed.entries),
+        has_steps=parsed.has_steps,
         nodes=logparse.header_nodes(parsed.header)[0],
         job_dir=coredump.job_dir_of(path),
     )

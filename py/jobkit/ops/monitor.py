@@ -137,7 +137,7 @@ def follow_log(record: dict, path: Path) -> logparse.JobLog:
     end = chunk.rfind(b"\n") + 1  # complete lines only: the rest is read once it is whole
     lines = chunk[:end].decode("utf-8", errors="replace").splitlines()
     record["offset"] = offset + end
-    new = logparse.parse_lines(lines, str(path))
+    new = logparse.parse_lines(lines, str(path), keep_lines=True)
     if "header" not in record:
         record["header"] = new.header  # only the log's first lines are its header
     if new.footer_status is not None:
@@ -456,7 +456,7 @@ class Monitor:
         events: list[Event] = []
         if log.footer_status is not None:
             text = failures.read_tail(str(log_path))
-            if record.get("first_step") is not None and not log.entries:
+            if record.get("first_step") is not None and not log.has_steps:
                 log.entries = [
                     logparse.StepEntry(record.get("last_step", 0), 0, None, None, None, None, None)
                 ]  # it had steps

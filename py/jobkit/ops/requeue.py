@@ -154,7 +154,7 @@ def outcome(log: logparse.JobLog, text: str, job_dir: Path) -> failures.Failure 
         return failures.Failure("stopped-early", stopped.group(1) if stopped else "")
     nodes, _ = logparse.header_nodes(log.header)  # an unexpandable nodelist excludes no host
     found = failures.classify(
-        text, log.footer_status, log.footer_exit, has_steps=bool(log.entries), nodes=nodes, job_dir=job_dir,
+        text, log.footer_status, log.footer_exit, has_steps=log.has_steps, nodes=nodes, job_dir=job_dir,
         procs=log.local_world_size,
     )  # fmt: skip  # a hang is blamed from the stacks in JOB_DIR/hang/ (core.hang_stacks)
     if found.reason == "hang":

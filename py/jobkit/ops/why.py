@@ -92,7 +92,7 @@ def why_command(logfile, status, exit_code, as_json, show_all):
         return
     job_dir = coredump.job_dir_of(logfile)  # a hang's stacks are in <job dir>/hang/
     found = failures.classify(
-        text, status, exit_code, has_steps=bool(log.entries), nodes=nodes, job_dir=job_dir,
+        text, status, exit_code, has_steps=log.has_steps, nodes=nodes, job_dir=job_dir,
         procs=log.local_world_size,
     )  # fmt: skip
     if not told and found.reason in ("unknown", "no-steps"):

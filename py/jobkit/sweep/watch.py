@@ -39,7 +39,7 @@ def progress(log: Path | None) -> Progress:
     parsed = read(log) if log is not None and log.exists() else None
     if parsed is None:
         return Progress(0, None, STARTUP)
-    steps = sorted({e.step for e in parsed.entries})
+    steps = sorted(parsed.steps)
     if steps:
         return Progress(len(steps), steps[-1], TRAINING)
     try:
@@ -102,7 +102,7 @@ def verdict(log: Path | None, model: str, job_id: str, scheduler_state: str | No
         # Training exited 0 before its last step (preemption checkpoint, data ran out): not a result.
         line = f"{who}: STOPPED early (exit 0 before the last step) — FAIL"
         return Verdict("FAIL", "stopped-early", "training stopped early", nodes, None, None, None, None, line)
-    found = failures.classify(failures.read_tail(str(log)), status, parsed.footer_exit, has_steps=bool(parsed.entries))
+    found = failures.classify(failures.read_tail(str(log)), status, parsed.footer_exit, has_steps=parsed.has_steps)
     if status is None and scheduler_state:
         detail = f"scheduler state {scheduler_state}, no JOB SUMMARY in the log"
         found = failures.Failure("node-fail" if "NODE_FAIL" in scheduler_state else found.reason, "", detail)
