@@ -131,4 +131,4 @@ repo_plugins=("$REPO_DIR"/utils/plugins/*_metrics_plugin.*)
 if [[ -e ${repo_plugins[0]} ]]; then _measure repo "$REPO_DIR/utils/plugins"; else printf '%-12s %8s\n' repo "(none present)"; fi
 _measure synthetic "$WORK/synthetic"
 _measure none "$WORK/none"
-echo "(ms = CPU milliseconds per cycle at a ${INTERVAL}s interval; clock tick $((1000 / TICK)) ms; tree: ${ROOT:-this machine}${BASE:+; base: $BASE}; repo plugins: $(find "$REPO_DIR/utils/plugins" -maxdepth 1 -name '*_metrics_plugin.*' -printf '%f ')")
+echo "(ms = CPU milliseconds per cycle at a ${INTERVAL}s interval; clock tick $((1000 / TICK)) ms; tree: ${ROOT:-this machine}${BASE:+; base: $BASE}; repo plugins: $(find "$REPO_DIR/utils/plugins" -maxdepth 1 -name '*_metrics_plugin.*' -printf '%f '))"
