@@ -5,8 +5,8 @@
 # Runs utils/metrics_exporter.sh on 127.0.0.1 at INTERVAL seconds (default 0.25) for CYCLES cycles (default 40,
 # at least 30) after two warm-up cycles, once per plugin set:
 #   repo       the utils/plugins/*_metrics_plugin.* present now (skipped when there are none)
-#   base       with --base REV: the exporter and plugins of git revision REV (a `git archive` copy run with this
-#              repo's venv and PYTHONPATH=<copy>/py), measured in the same run, right before `repo`
+#   base       with --base REV: the exporter and plugins of git revision REV (a `git archive` copy whose `jobkit`
+#              is its own py/bin/jobkit run by this repo's venv python), measured in the same run, before `repo`
 #   synthetic  3 small bash plugins that read /proc files with builtins only
 #   none       an empty plugins dir: the engine's own cost
 #   --root DIR   point the host and GPU plugins at a recorded tree (HOST_METRICS_ROOT=GPU_METRICS_ROOT=DIR), e.g.
@@ -65,23 +65,21 @@ done
 # (with what they reaped). A plugin run that is live at one sample and reaped by the next is counted in both:
 # noise of at most one run per sample.
 _ticks() {
-  local stat f desc=0 own=0 pid
-  local -a rest
-  local -A parent=() ticks=()
-  for f in /proc/[0-9]*/stat; do
-    stat=$(<"$f") 2>/dev/null || continue
-    pid=${f#/proc/} pid=${pid%/stat}
-    read -r -a rest <<<"${stat##*) }"
-    parent[$pid]=${rest[1]}
-    ticks[$pid]=$((rest[11] + rest[12] + rest[13] + rest[14]))
-    [[ $pid == "$1" ]] && own=$((rest[11] + rest[12])) desc=$((rest[13] + rest[14]))
-  done
-  for pid in "${!parent[@]}"; do
-    f=${parent[$pid]}
-    while [[ -n $f && $f != 0 && $f != 1 && $f != "$1" ]]; do f=${parent[$f]:-}; done
-    [[ $f == "$1" && $pid != "$1" ]] && desc=$((desc + ticks[$pid]))
-  done
-  echo "$own $desc"
+  # awk, not a bash loop: a process that ends between the glob and the read must not stop the count
+  awk -v root="$1" '{
+    line = $0; sub(/^.*\) /, "", line); split(line, r, " ")
+    pid = FILENAME; gsub(/[^0-9]/, "", pid)
+    par[pid] = r[2]; t[pid] = r[12] + r[13] + r[14] + r[15]
+    if (pid == root) { own = r[12] + r[13]; desc = r[14] + r[15] }
+    nextfile
+  } END {
+    for (p in par) {
+      f = par[p]; n = 0
+      while (f != "" && f != 0 && f != 1 && f != root && n++ < 64) f = par[f]
+      if (f == root && p != root) desc += t[p]
+    }
+    print own + 0, desc + 0
+  }' /proc/[0-9]*/stat 2>/dev/null || true
 }
 
 _cycles() {
@@ -92,7 +90,7 @@ _cycles() {
 _wait_cycles() { # PORT MIN
   local c deadline=$((SECONDS + 120))
   while ((SECONDS < deadline)); do
-    c=$(_cycles "$1")
+    c=$(_cycles "$1") || c=""  # nothing listening yet: curl fails, and pipefail would end the script
     if [[ -n $c ]] && ((c >= $2)); then echo "$c"; return 0; fi
     sleep 0.05
   done
@@ -103,7 +101,7 @@ _wait_cycles() { # PORT MIN
 _measure() { # LABEL DIR [REPO]
   local port=0 c0 c1 own0 kids0 own1 kids1 n repo=${3:-$REPO_DIR}
   port=$(FREE_PORT_RANGE=20000-29999 pick_free_port "$port")
-  PYTHONPATH=$repo/py "$repo/utils/metrics_exporter.sh" --address 127.0.0.1 --port "$port" --interval "$INTERVAL" \
+  "$repo/utils/metrics_exporter.sh" --address 127.0.0.1 --port "$port" --interval "$INTERVAL" \
     --plugins-dir "$2" 2>>"$WORK/log" &
   pid=$!
   c0=$(_wait_cycles "$port" 2)
@@ -124,7 +122,10 @@ if [[ -n $BASE ]]; then
   mkdir -p "$WORK/base"
   git -C "$REPO_DIR" archive "$BASE" | tar -x -C "$WORK/base" ||
     { echo "exporter_cpu.sh: cannot export revision '$BASE' of $REPO_DIR: pass a commit, e.g. HEAD~3" >&2; exit 2; }
-  ln -s "$(readlink -f "$REPO_DIR/.venv")" "$WORK/base/.venv"
+  # the copy's own package, run by this venv's interpreter (proc_jobkit runs <copy>/.venv/bin/jobkit)
+  mkdir -p "$WORK/base/.venv/bin"
+  printf '#!/bin/sh\nexec %q %q "$@"\n' "$REPO_DIR/.venv/bin/python" "$WORK/base/py/bin/jobkit" >"$WORK/base/.venv/bin/jobkit"
+  chmod +x "$WORK/base/.venv/bin/jobkit"
   _measure "base" "$WORK/base/utils/plugins" "$WORK/base"
 fi
 repo_plugins=("$REPO_DIR"/utils/plugins/*_metrics_plugin.*)
