@@ -625,7 +625,7 @@ def _check_plugins_dir(ctx, param, value):
     "--plugins-dir",
     default=str(DEFAULT_PLUGINS_DIR),
     callback=_check_plugins_dir,
-    help=f"Directory of the *{PLUGIN_SUFFIX} plugins.  [default: utils/plugins]",
+    help="Directory of the *_metrics_plugin.sh/.py plugins.  [default: utils/plugins]",
 )
 @click.option("--sd-dir", help="Write <host>.json here for Prometheus file-based service discovery.")
 @click.pass_context
