@@ -1,20 +1,35 @@
 #!/usr/bin/env bash
-# Usage: bench/exporter_cpu.sh [CYCLES] [INTERVAL]
+# Usage: bench/exporter_cpu.sh [--root DIR] [--base REV] [CYCLES] [INTERVAL]
 # Summary: CPU cost of one metrics-exporter cycle (engine + plugins), with the repo's plugins, synthetic ones, and none
 #
 # Runs utils/metrics_exporter.sh on 127.0.0.1 at INTERVAL seconds (default 0.25) for CYCLES cycles (default 40,
 # at least 30) after two warm-up cycles, once per plugin set:
-#   repo       the utils/plugins/*_metrics_plugin.sh present now (skipped when there are none)
+#   repo       the utils/plugins/*_metrics_plugin.* present now (skipped when there are none)
+#   base       with --base REV: the exporter and plugins of git revision REV (a `git archive` copy whose `jobkit`
+#              is its own py/bin/jobkit run by this repo's venv python), measured in the same run, before `repo`
 #   synthetic  3 small bash plugins that read /proc files with builtins only
 #   none       an empty plugins dir: the engine's own cost
-# CPU comes from /proc/<engine pid>/stat: utime+stime of the engine, cutime+cstime of its reaped children (the
-# plugins and whatever they run), in clock ticks. Cycles are counted by hw_exporter_cycles_total. Prints a table
-# of milliseconds per cycle. Not part of CI.
+#   --root DIR   point the host and GPU plugins at a recorded tree (HOST_METRICS_ROOT=GPU_METRICS_ROOT=DIR), e.g.
+#                tests/fixtures/metrics/node8 (8 MI300X, 8 RDMA devices); default: this machine's own /proc and /sys
+# CPU comes from /proc: utime+stime of the engine, cutime+cstime of its reaped children (plugins run per cycle and
+# whatever they run), plus utime+stime+cutime+cstime of its live descendants (long-lived plugin workers), in clock
+# ticks, as the difference between the first counted cycle and the last. Cycles are counted by
+# hw_exporter_cycles_total. Prints a table of milliseconds per cycle. Not part of CI.
 set -euo pipefail
 [[ -n ${_DEBUG:-} ]] && set -x
 
 REPO_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 case ${1:-} in -h | --help) sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "${BASH_SOURCE[0]}"; exit 0 ;; esac
+ROOT="" BASE=""
+while (($#)); do
+  case $1 in
+    --root) ROOT=${2:?--root needs a directory}; shift 2 ;;
+    --base) BASE=${2:?--base needs a git revision}; shift 2 ;;
+    *) break ;;
+  esac
+done
+[[ -z $ROOT || -d $ROOT ]] || { echo "exporter_cpu.sh: --root $ROOT is not a directory: pass a tree such as tests/fixtures/metrics/node8" >&2; exit 2; }
+[[ -z $ROOT ]] || ROOT=$(cd "$ROOT" && pwd)
 CYCLES=${1:-40}
 INTERVAL=${2:-0.25}
 if [[ ! $CYCLES =~ ^[0-9]+$ ]] || ((CYCLES < 30)); then echo "exporter_cpu.sh: CYCLES must be a number >= 30, got '$CYCLES'" >&2; exit 2; fi
@@ -46,12 +61,25 @@ for name in load mem stat; do
   chmod +x "$WORK/synthetic/${name}_metrics_plugin.sh"
 done
 
-# Prints "<own ticks> <children ticks>" of a process.
+# Prints "<own ticks> <children ticks>" of a process: children = its reaped children plus its live descendants
+# (with what they reaped). A plugin run that is live at one sample and reaped by the next is counted in both:
+# noise of at most one run per sample.
 _ticks() {
-  local stat rest
-  stat=$(<"/proc/$1/stat")
-  read -r -a rest <<<"${stat##*) }"
-  echo "$((rest[11] + rest[12])) $((rest[13] + rest[14]))"
+  # awk, not a bash loop: a process that ends between the glob and the read must not stop the count
+  awk -v root="$1" '{
+    line = $0; sub(/^.*\) /, "", line); split(line, r, " ")
+    pid = FILENAME; gsub(/[^0-9]/, "", pid)
+    par[pid] = r[2]; t[pid] = r[12] + r[13] + r[14] + r[15]
+    if (pid == root) { own = r[12] + r[13]; desc = r[14] + r[15] }
+    nextfile
+  } END {
+    for (p in par) {
+      f = par[p]; n = 0
+      while (f != "" && f != 0 && f != 1 && f != root && n++ < 64) f = par[f]
+      if (f == root && p != root) desc += t[p]
+    }
+    print own + 0, desc + 0
+  }' /proc/[0-9]*/stat 2>/dev/null || true
 }
 
 _cycles() {
@@ -62,7 +90,7 @@ _cycles() {
 _wait_cycles() { # PORT MIN
   local c deadline=$((SECONDS + 120))
   while ((SECONDS < deadline)); do
-    c=$(_cycles "$1")
+    c=$(_cycles "$1") || c=""  # nothing listening yet: curl fails, and pipefail would end the script
     if [[ -n $c ]] && ((c >= $2)); then echo "$c"; return 0; fi
     sleep 0.05
   done
@@ -70,10 +98,10 @@ _wait_cycles() { # PORT MIN
   return 1
 }
 
-_measure() { # LABEL DIR
-  local port=0 c0 c1 own0 kids0 own1 kids1 n
+_measure() { # LABEL DIR [REPO]
+  local port=0 c0 c1 own0 kids0 own1 kids1 n repo=${3:-$REPO_DIR}
   port=$(FREE_PORT_RANGE=20000-29999 pick_free_port "$port")
-  "$REPO_DIR/utils/metrics_exporter.sh" --address 127.0.0.1 --port "$port" --interval "$INTERVAL" \
+  "$repo/utils/metrics_exporter.sh" --address 127.0.0.1 --port "$port" --interval "$INTERVAL" \
     --plugins-dir "$2" 2>>"$WORK/log" &
   pid=$!
   c0=$(_wait_cycles "$port" 2)
@@ -83,14 +111,25 @@ _measure() { # LABEL DIR
   read -r own1 kids1 < <(_ticks "$pid")
   proc_stop 10 "$pid" || echo "exporter_cpu.sh: exporter pid $pid did not stop" >&2
   pid=""
-  n=$(find "$2" -maxdepth 1 -name '*_metrics_plugin.sh' | wc -l)
+  n=$(find "$2" -maxdepth 1 -name '*_metrics_plugin.*' | wc -l)
   awk -v l="$1" -v n="$n" -v c=$((c1 - c0)) -v o=$((own1 - own0)) -v k=$((kids1 - kids0)) -v t="$TICK" 'BEGIN {
     printf "%-12s %8d %7d %12.2f %13.2f %12.2f\n", l, n, c, o * 1000 / t / c, k * 1000 / t / c, (o + k) * 1000 / t / c }'
 }
 
 printf '%-12s %8s %7s %12s %13s %12s\n' "plugin set" plugins cycles "engine ms" "plugins ms" "total ms"
-repo_plugins=("$REPO_DIR"/utils/plugins/*_metrics_plugin.sh)
+if [[ -n $ROOT ]]; then export HOST_METRICS_ROOT=$ROOT GPU_METRICS_ROOT=$ROOT; fi
+if [[ -n $BASE ]]; then
+  mkdir -p "$WORK/base"
+  git -C "$REPO_DIR" archive "$BASE" | tar -x -C "$WORK/base" ||
+    { echo "exporter_cpu.sh: cannot export revision '$BASE' of $REPO_DIR: pass a commit, e.g. HEAD~3" >&2; exit 2; }
+  # the copy's own package, run by this venv's interpreter (proc_jobkit runs <copy>/.venv/bin/jobkit)
+  mkdir -p "$WORK/base/.venv/bin"
+  printf '#!/bin/sh\nexec %q %q "$@"\n' "$REPO_DIR/.venv/bin/python" "$WORK/base/py/bin/jobkit" >"$WORK/base/.venv/bin/jobkit"
+  chmod +x "$WORK/base/.venv/bin/jobkit"
+  _measure "base" "$WORK/base/utils/plugins" "$WORK/base"
+fi
+repo_plugins=("$REPO_DIR"/utils/plugins/*_metrics_plugin.*)
 if [[ -e ${repo_plugins[0]} ]]; then _measure repo "$REPO_DIR/utils/plugins"; else printf '%-12s %8s\n' repo "(none present)"; fi
 _measure synthetic "$WORK/synthetic"
 _measure none "$WORK/none"
-echo "(ms = CPU milliseconds per cycle at a ${INTERVAL}s interval; clock tick $((1000 / TICK)) ms; repo plugins: $(find "$REPO_DIR/utils/plugins" -maxdepth 1 -name '*_metrics_plugin.sh' -printf '%f '))"
+echo "(ms = CPU milliseconds per cycle at a ${INTERVAL}s interval; clock tick $((1000 / TICK)) ms; tree: ${ROOT:-this machine}${BASE:+; base: $BASE}; repo plugins: $(find "$REPO_DIR/utils/plugins" -maxdepth 1 -name '*_metrics_plugin.*' -printf '%f '))"

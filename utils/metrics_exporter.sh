@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Usage: utils/metrics_exporter.sh [--watchdog] [--address A] [--port|-p P] [--interval|-i S] [--timeout S]
 #                                  [--plugins-dir D] [--sd-dir DIR]
-# Summary: Serve this node's hardware metrics on http://A:P/metrics, collected every S seconds by utils/plugins/*_metrics_plugin.sh
+# Summary: Serve this node's hardware metrics on http://A:P/metrics, collected every S seconds by utils/plugins/*_metrics_plugin.{sh,py}
 #
 # Runs the engine `jobkit exporter` (py/jobkit/observe/exporter.py, one long-lived process). Every S seconds (default 10)
-# it finds the plugins anew (`D/*_metrics_plugin.sh`, default utils/plugins) and runs them all at once, each with the short
-# host name as $1 and POLL_INTERVAL and _PLUGIN_STATE (the plugin's last `# STATE <value>` line) set. Exit 99
+# it finds the plugins anew (`D/*_metrics_plugin.sh` and `.py`, default utils/plugins) and runs them all at once, each with
+# the short host name as $1 and POLL_INTERVAL and _PLUGIN_STATE (the plugin's last `# STATE <value>` line) set: a .sh
+# is started every cycle, a .py is loaded once into a long-lived worker whose collect(host, state) is called. Exit 99
 # retires a plugin for good; a plugin that fails or runs past --timeout (default 5 s, its process group is
 # killed) has its last good output served again. Lines that are not Prometheus exposition text are dropped
 # and logged. Scrapes are answered from memory; any path other than /metrics is a 404.

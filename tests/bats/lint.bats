@@ -39,10 +39,10 @@ shell_files() {
 
 @test "ruff: py/ and tests/py lint clean and formatted (config in py/pyproject.toml)" {
   cd "$REPO_DIR/py"
-  run ruff check --no-cache . ../tests/py
+  run ruff check --no-cache . ../tests/py ../utils/plugins
   echo "$output"
   [ "$status" -eq 0 ]
-  run ruff format --no-cache --check . ../tests/py
+  run ruff format --no-cache --check . ../tests/py ../utils/plugins
   echo "$output"
   [ "$status" -eq 0 ]
 }
@@ -82,8 +82,8 @@ shell_files() {
     [ ! -x "$f" ] || { echo "$f: a sourced library must not be executable"; false; }
     ! grep -Eq '^set -[a-z]*e' "$f" || { echo "$f: a library must not set shell options"; false; }
   done
-  for f in utils/plugins/*; do   # the exporter runs every executable *_metrics_plugin.sh here
-    [[ $f == *_metrics_plugin.sh && -x $f ]] || { echo "$f: only executable *_metrics_plugin.sh belong here"; false; }
+  for f in utils/plugins/*; do   # the exporter runs every executable *_metrics_plugin.sh and *_metrics_plugin.py here
+    [[ ($f == *_metrics_plugin.sh || $f == *_metrics_plugin.py) && -x $f ]] || { echo "$f: only executable *_metrics_plugin.sh/.py belong here"; false; }
   done
   # nothing else that looks like a plugin or a library sits at the top
   run find utils -maxdepth 1 -name '*_metrics_plugin.sh'

@@ -1,13 +1,15 @@
 #!/usr/bin/env bats
-# utils/plugins/host_metrics_plugin.sh and utils/plugins/gpu_metrics_plugin.sh on fixture trees (tests/fixtures/metrics/).
+# utils/plugins/host_metrics_plugin.py and utils/plugins/gpu_metrics_plugin.py on fixture trees (tests/fixtures/metrics/),
+# run as scripts (one cycle each). Byte-for-byte equality with the bash plugins they replaced: test_exporter_plugins.py.
 
 load test_helper
 bats_require_minimum_version 1.5.0
 
 setup() {
   FIX=$REPO_DIR/tests/fixtures/metrics
-  HOSTP=$REPO_DIR/utils/plugins/host_metrics_plugin.sh
-  GPUP=$REPO_DIR/utils/plugins/gpu_metrics_plugin.sh
+  HOSTP=$REPO_DIR/utils/plugins/host_metrics_plugin.py
+  GPUP=$REPO_DIR/utils/plugins/gpu_metrics_plugin.py
+  PY=$(command -v python3)
 }
 
 # Every non-comment line is `name{labels} value`, host first; every family has HELP and TYPE.
@@ -26,15 +28,14 @@ assert_exposition() {
   done <<<"$1"
 }
 
-# A PATH holding bash and nothing else: the plugins must not need cat/awk/grep/sed/sort/date.
-bash_only_path() {
-  mkdir -p "$BATS_TEST_TMPDIR/onlybash"
-  ln -sf "$(command -v bash)" "$BATS_TEST_TMPDIR/onlybash/bash"
-  echo "$BATS_TEST_TMPDIR/onlybash"
+# A PATH holding nothing: the plugins must not need cat/awk/grep/sed/sort/date (nor nvidia-smi on an AMD node).
+empty_path() {
+  mkdir -p "$BATS_TEST_TMPDIR/nothing"
+  echo "$BATS_TEST_TMPDIR/nothing"
 }
 
 @test "host plugin: exact values from the fixture tree" {
-  HOST_METRICS_ROOT=$FIX/host run bash "$HOSTP" n1
+  HOST_METRICS_ROOT=$FIX/host run "$PY" "$HOSTP" n1
   [ "$status" -eq 0 ]
   [[ $output == *'hw_net_rx_bytes_total{host="n1",device="eth0"} 1305256425'* ]]
   [[ $output == *'hw_net_rx_packets_total{host="n1",device="eth0"} 31125'* ]]
@@ -61,22 +62,22 @@ bash_only_path() {
 }
 
 @test "host plugin: valid exposition, host label on every sample, also on this machine's real /proc" {
-  HOST_METRICS_ROOT=$FIX/host run bash "$HOSTP" n1
+  HOST_METRICS_ROOT=$FIX/host run "$PY" "$HOSTP" n1
   [ "$status" -eq 0 ]
   assert_exposition "$output"
-  run bash "$HOSTP" n1
+  run "$PY" "$HOSTP" n1
   [ "$status" -eq 0 ]
   assert_exposition "$output"
   [[ $output == *'hw_context_switches_total{host="n1"} '* ]]
 }
 
 @test "host plugin: no argument is a usage error" {
-  run bash "$HOSTP"
+  run "$PY" "$HOSTP"
   [ "$status" -eq 2 ]
 }
 
 @test "gpu plugin: AMD MI300X sysfs values, ordered by PCI address, BMC VGA ignored" {
-  run env GPU_METRICS_ROOT=$FIX/mi300x PATH="$(bash_only_path)" bash "$GPUP" n1
+  run env GPU_METRICS_ROOT=$FIX/mi300x PATH="$(empty_path)" "$PY" "$GPUP" n1
   [ "$status" -eq 0 ]
   assert_exposition "$output"
   [[ $output == *'hw_gpu_temperature_celsius{host="n1",gpu="0"} 45'$'\n'* ]]
@@ -101,7 +102,7 @@ bash_only_path() {
 
 @test "gpu plugin: NVIDIA via one nvidia-smi call, units converted, N/A skipped" {
   make_stub nvidia-smi "echo \"\$*\" >>'$BATS_TEST_TMPDIR/smi.calls'; cat '$FIX/nvidia-smi-query-gpu-h100x8.csv'"
-  GPU_METRICS_ROOT=$BATS_TEST_TMPDIR/empty run bash "$GPUP" n1
+  GPU_METRICS_ROOT=$BATS_TEST_TMPDIR/empty run "$PY" "$GPUP" n1
   [ "$status" -eq 0 ]
   assert_exposition "$output"
   [ "$(wc -l <"$BATS_TEST_TMPDIR/smi.calls")" -eq 1 ]
@@ -122,46 +123,46 @@ bash_only_path() {
 
 @test "gpu plugin: nvidia-smi failing: exit 99 on first call, plain failure once it has worked" {
   make_stub nvidia-smi 'echo "NVIDIA-SMI has failed because it could not communicate with the NVIDIA driver." >&2; exit 9'
-  GPU_METRICS_ROOT=$BATS_TEST_TMPDIR/empty _PLUGIN_STATE='' run bash "$GPUP" n1
+  GPU_METRICS_ROOT=$BATS_TEST_TMPDIR/empty _PLUGIN_STATE='' run "$PY" "$GPUP" n1
   [ "$status" -eq 99 ]
-  GPU_METRICS_ROOT=$BATS_TEST_TMPDIR/empty _PLUGIN_STATE=nvidia run bash "$GPUP" n1
+  GPU_METRICS_ROOT=$BATS_TEST_TMPDIR/empty _PLUGIN_STATE=nvidia run "$PY" "$GPUP" n1
   [ "$status" -eq 1 ]
 }
 
 @test "gpu plugin: no GPU at all -> exit 99, no output" {
-  run --separate-stderr env GPU_METRICS_ROOT=$BATS_TEST_TMPDIR/empty PATH="$(bash_only_path)" bash "$GPUP" n1
+  run --separate-stderr env GPU_METRICS_ROOT=$BATS_TEST_TMPDIR/empty PATH="$(empty_path)" "$PY" "$GPUP" n1
   [ "$status" -eq 99 ]
   [ -z "$output" ]
   # a host with only a non-AMD display card (the fixture's BMC VGA) is no GPU either
   mkdir -p "$BATS_TEST_TMPDIR/vga/sys"
   cp -a "$FIX/mi300x/sys/." "$BATS_TEST_TMPDIR/vga/sys/"
   rm "$BATS_TEST_TMPDIR/vga/sys/class/drm/card1" "$BATS_TEST_TMPDIR/vga/sys/class/drm/card2"
-  run --separate-stderr env GPU_METRICS_ROOT=$BATS_TEST_TMPDIR/vga PATH="$(bash_only_path)" bash "$GPUP" n1
+  run --separate-stderr env GPU_METRICS_ROOT=$BATS_TEST_TMPDIR/vga PATH="$(empty_path)" "$PY" "$GPUP" n1
   [ "$status" -eq 99 ]
   [ -z "$output" ]
 }
 
-@test "plugins start no commands: same output with a PATH that holds only bash" {
+@test "plugins start no commands: same output with an empty PATH" {
   local full
-  full=$(HOST_METRICS_ROOT=$FIX/host bash "$HOSTP" n1)
-  run --separate-stderr env HOST_METRICS_ROOT=$FIX/host PATH="$(bash_only_path)" bash "$HOSTP" n1
+  full=$(HOST_METRICS_ROOT=$FIX/host "$PY" "$HOSTP" n1)
+  run --separate-stderr env HOST_METRICS_ROOT=$FIX/host PATH="$(empty_path)" "$PY" "$HOSTP" n1
   [ "$status" -eq 0 ]
   [ -z "$stderr" ]
   [ "$output" = "$full" ]
-  full=$(GPU_METRICS_ROOT=$FIX/mi300x bash "$GPUP" n1)
-  run --separate-stderr env GPU_METRICS_ROOT=$FIX/mi300x PATH="$(bash_only_path)" bash "$GPUP" n1
+  full=$(GPU_METRICS_ROOT=$FIX/mi300x "$PY" "$GPUP" n1)
+  run --separate-stderr env GPU_METRICS_ROOT=$FIX/mi300x PATH="$(empty_path)" "$PY" "$GPUP" n1
   [ "$status" -eq 0 ]
   [ -z "$stderr" ]
   [ "$output" = "$full" ]
 }
 
-@test "plugins find their library from the plugins dir itself (run as 'bash <name>' there)" {
+@test "plugins run from the plugins dir itself (as 'python3 <name>' there)" {
   cd "$REPO_DIR/utils/plugins"
-  HOST_METRICS_ROOT=$FIX/host run --separate-stderr bash host_metrics_plugin.sh n1
+  HOST_METRICS_ROOT=$FIX/host run --separate-stderr "$PY" host_metrics_plugin.py n1
   [ "$status" -eq 0 ]
   [ -z "$stderr" ]
   [[ $output == *'hw_procs_running{host="n1"} 6'* ]]
-  GPU_METRICS_ROOT=$FIX/mi300x run --separate-stderr bash gpu_metrics_plugin.sh n1
+  GPU_METRICS_ROOT=$FIX/mi300x run --separate-stderr "$PY" gpu_metrics_plugin.py n1
   [ "$status" -eq 0 ]
   [ -z "$stderr" ]
   [[ $output == *'hw_gpu_power_watts{host="n1",gpu="0"} 187.5'* ]]

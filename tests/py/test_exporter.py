@@ -445,9 +445,14 @@ def test_self_metrics_escape_label_values_and_parse_back(tmp_path):
     ],
 )
 def test_the_repo_plugins_output_passes_the_engine_checks_whole(plugin, env):
-    path = engine.DEFAULT_PLUGINS_DIR / f"{plugin}{engine.PLUGIN_SUFFIX}"
+    path = engine.DEFAULT_PLUGINS_DIR / f"{plugin}{engine.PY_PLUGIN_SUFFIX}"
     done = subprocess.run(
-        [str(path), "n1"], capture_output=True, text=True, timeout=30, env=dict(os.environ, **env), check=True
+        [sys.executable, str(path), "n1"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env=dict(os.environ, **env),
+        check=True,
     )
     kept, _state, dropped = parse_output(done.stdout)
     assert dropped == [] and len(kept) > 10

@@ -1,5 +1,5 @@
 # shellcheck shell=bash
-# Summary: Exposition-text output buffer shared by the metrics plugins (sourced by utils/plugins/*_metrics_plugin.sh)
+# Summary: Exposition-text output buffer for bash metrics plugins (*_metrics_plugin.sh) to source; the shipped host and GPU plugins are Python
 #
 # Samples are grouped per metric family and families printed in first-seen order, each with its HELP and
 # TYPE lines. The buffer lives in the sourcing plugin (FAM_* arrays); every sample gets host="$HOST".

@@ -1,9 +1,16 @@
 """Node metrics exporter engine (started by utils/metrics_exporter.sh).
 
-One long-lived process. Every interval it globs ``<plugins-dir>/*_metrics_plugin.sh`` and runs every plugin
-at once, each as its own process group: ``<plugin> <short host>`` with ``POLL_INTERVAL`` and ``_PLUGIN_STATE``
-(the value of the plugin's last ``# STATE <value>`` line, when it printed one) in the environment. The valid
-exposition lines of each plugin are cached; ``GET /metrics`` answers from that cache and never runs a plugin.
+One long-lived process. Every interval it globs ``<plugins-dir>/*_metrics_plugin.{sh,py}`` and runs every plugin
+at once, each in its own process group, with ``POLL_INTERVAL`` and ``_PLUGIN_STATE`` (the value of the plugin's
+last ``# STATE <value>`` line, when it printed one) in the environment:
+  ``*_metrics_plugin.sh``  (any executable) started anew every cycle: ``<plugin> <short host>``
+  ``*_metrics_plugin.py``  loaded once into a long-lived worker (plugin_worker.py, this interpreter) that calls its
+                           ``collect(host, state)`` once per cycle on a request line: no process start per cycle,
+                           which is most of a small plugin's cost. A timed-out or dead worker is killed (process
+                           group) and started anew next cycle, as is one whose file changed. A ``.py`` plugin
+                           shadows a ``.sh`` one of the same name.
+The valid exposition lines of each plugin are cached; ``GET /metrics`` answers from that cache and never runs a
+plugin.
 
 Plugin outcomes:
   exit 0              its valid lines replace its cached output (invalid lines are dropped and logged);
@@ -47,6 +54,8 @@ from jobkit.core.files import write_atomic
 from jobkit.core.paths import UTILS_DIR
 
 PLUGIN_SUFFIX = "_metrics_plugin.sh"
+PY_PLUGIN_SUFFIX = "_metrics_plugin.py"
+WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "plugin_worker.py")
 DEFAULT_PORT = 9500  # 9400 belongs to NVIDIA's DCGM exporter
 PORT_TRIES = 20
 DISABLE_RC = 99
@@ -90,13 +99,32 @@ def parse_output(text):
 
 
 class Plugin:
-    __slots__ = ("name", "path", "argv", "state", "body", "up", "duration", "disabled", "dropped_note")
+    __slots__ = (
+        "name",
+        "path",
+        "argv",
+        "state",
+        "body",
+        "up",
+        "duration",
+        "disabled",
+        "dropped_note",
+        "python",
+        "worker",
+        "mtime",
+    )
 
     def __init__(self, path):
         self.path = path
-        self.name = os.path.basename(path)[: -len(PLUGIN_SUFFIX)] or "unnamed"
-        # Direct exec through the shebang; a plugin without the executable bit is handed to bash.
-        self.argv = [path] if os.access(path, os.X_OK) else ["/bin/bash", path]
+        self.python = path.endswith(PY_PLUGIN_SUFFIX)
+        self.name = os.path.basename(path)[: -len(PY_PLUGIN_SUFFIX if self.python else PLUGIN_SUFFIX)] or "unnamed"
+        if self.python:
+            self.argv = [sys.executable, WORKER, path]
+        else:
+            # Direct exec through the shebang; a plugin without the executable bit is handed to bash.
+            self.argv = [path] if os.access(path, os.X_OK) else ["/bin/bash", path]
+        self.worker = None  # a .py plugin's live worker (Popen)
+        self.mtime = None  # of the file the worker loaded
         self.state = None
         self.body = ""
         self.up = None  # no run finished yet: the plugin is left off the page until one has
@@ -111,6 +139,18 @@ class _Run:
     def __init__(self, plugin, proc, started):
         self.plugin, self.proc, self.started = plugin, proc, started
         self.chunks, self.size, self.eof = [], 0, False
+
+    def answer(self):
+        """(rc, output) once a worker's whole answer (``<rc> <length>\n`` + output) is in, else None."""
+        data = b"".join(self.chunks)
+        head, sep, rest = data.partition(b"\n")
+        if not sep:
+            return None
+        rc, length = (int(x) for x in head.split())
+        if len(rest) < length:
+            return None
+        self.chunks = [rest[:length]]
+        return rc, rest[:length]
 
 
 class _Server(ThreadingHTTPServer):
@@ -252,6 +292,8 @@ class Exporter:
         for run in list(self.running.values()):
             self._kill(run)
         self.running.clear()
+        for plugin in self.plugins.values():
+            self._stop_worker(plugin)
         if self.sd_file:
             try:
                 os.unlink(self.sd_file)
@@ -262,13 +304,65 @@ class Exporter:
 
     # ---- one cycle ------------------------------------------------------------------------------------
     def _discover(self):
-        paths = sorted(glob.glob(os.path.join(glob.escape(self.plugins_dir), "*" + PLUGIN_SUFFIX)))
+        pattern = os.path.join(glob.escape(self.plugins_dir), "*_metrics_plugin.")
+        paths = glob.glob(pattern + "sh") + glob.glob(pattern + "py")
+        # a .py plugin shadows the .sh plugin of the same name (one family set, one hw_plugin_up per name)
+        paths = sorted(p for p in paths if not (p.endswith(".sh") and p[:-2] + "py" in paths))
         known = self.plugins
         if set(paths) != set(known):
             self.plugins = {p: known.get(p) or Plugin(p) for p in paths}
+            for path, plugin in known.items():
+                if path not in self.plugins:
+                    self._stop_worker(plugin)
         return [p for p in self.plugins.values() if not p.disabled]
 
+    def _stop_worker(self, plugin):
+        proc, plugin.worker = plugin.worker, None
+        if proc is None:
+            return
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait()
+        proc.stdin.close()
+        proc.stdout.close()
+
+    def _ask(self, plugin, host):
+        """Send a .py plugin's worker this cycle's request (starting the worker when there is none)."""
+        try:
+            mtime = os.stat(plugin.path).st_mtime_ns
+        except OSError:
+            mtime = None
+        if plugin.worker is not None and (mtime != plugin.mtime or plugin.worker.poll() is not None):
+            self._stop_worker(plugin)  # changed on disk, or died between cycles
+        started = time.monotonic()
+        try:
+            if plugin.worker is None:
+                plugin.worker = subprocess.Popen(
+                    plugin.argv,
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    env=self.env,
+                    start_new_session=True,
+                )
+                plugin.mtime = mtime
+            plugin.worker.stdin.write(json.dumps({"host": host, "state": plugin.state}).encode() + b"\n")
+            plugin.worker.stdin.flush()
+        except OSError as e:
+            plugin.duration = time.monotonic() - started
+            self._stop_worker(plugin)
+            self._failed(plugin, f"could not be started ({e.strerror or e})")
+            return
+        fd = plugin.worker.stdout.fileno()
+        os.set_blocking(fd, False)
+        self.running[fd] = _Run(plugin, plugin.worker, started)
+        self.selector.register(fd, selectors.EVENT_READ)
+
     def _start(self, plugin, host):
+        if plugin.python:
+            self._ask(plugin, host)
+            return
         env = self.env if plugin.state is None else dict(self.env, _PLUGIN_STATE=plugin.state)
         started = time.monotonic()
         try:
@@ -285,6 +379,9 @@ class Exporter:
         self.selector.register(fd, selectors.EVENT_READ)
 
     def _kill(self, run):
+        if run.plugin.python:
+            self._stop_worker(run.plugin)
+            return
         try:
             os.killpg(run.proc.pid, signal.SIGKILL)
         except ProcessLookupError:
@@ -304,6 +401,7 @@ class Exporter:
             return
         if rc == DISABLE_RC:
             p.disabled, p.body = True, ""
+            self._stop_worker(p)
             self.log(f"plugin {p.name} exited {DISABLE_RC}: it will not be called again")
             return
         if rc != 0:
@@ -362,29 +460,8 @@ class Exporter:
             lingering = [run for run in lingering if not self._settled_if_reaped(run)]
             for key, _ in self.selector.select(min(left, LINGER_POLL_S) if lingering else left):
                 run = self.running.get(key.fd)
-                if run is None:
-                    continue  # the wake-up pipe: stopping is set
-                try:
-                    data = os.read(key.fd, 65536)
-                except BlockingIOError:
-                    continue
-                if data and run.size < MAX_OUTPUT:
-                    run.chunks.append(data)
-                    run.size += len(data)
-                    continue
-                if data:
-                    self.log(f"plugin {run.plugin.name} wrote more than {MAX_OUTPUT} bytes: stopped")
-                    self._done(key.fd)
-                    self._kill(run)
-                    self._settle(run, -signal.SIGKILL)
-                    continue
-                self._done(key.fd)
-                run.proc.stdout.close()
-                rc = run.proc.poll()
-                if rc is None:
-                    lingering.append(run)
-                else:
-                    self._settle(run, rc)
+                if run is not None:  # else the wake-up pipe: stopping is set
+                    self._read(key.fd, run, lingering)
         for run in lingering:
             try:
                 rc = run.proc.wait(max(0.0, deadline - time.monotonic()))
@@ -402,6 +479,50 @@ class Exporter:
             with self.render_lock:
                 self.cycles += 1
                 self.publish()
+
+    def _read(self, fd, run, lingering):
+        """Take what a run's stdout has; settle the run when it is complete (a worker's answer, or EOF)."""
+        try:
+            data = os.read(fd, 65536)
+        except BlockingIOError:
+            return
+        if data and run.size < MAX_OUTPUT:
+            run.chunks.append(data)
+            run.size += len(data)
+            if run.plugin.python:
+                try:
+                    answer = run.answer()
+                except ValueError:
+                    self.log(f"plugin {run.plugin.name}: its worker answered garbage: stopped")
+                    self._done(fd)
+                    self._kill(run)
+                    self._settle(run, 1)
+                    return
+                if answer is not None:  # the worker stays, its stdout is read again next cycle
+                    self._done(fd)
+                    self._settle(run, answer[0])
+            return
+        if data:
+            self.log(f"plugin {run.plugin.name} wrote more than {MAX_OUTPUT} bytes: stopped")
+            self._done(fd)
+            self._kill(run)
+            self._settle(run, -signal.SIGKILL)
+            return
+        self._done(fd)
+        if run.plugin.python:  # the worker ended without a whole answer (a load error, exit 99 at import)
+            try:
+                rc = run.proc.wait(1)
+            except subprocess.TimeoutExpired:
+                rc = None
+            self._stop_worker(run.plugin)
+            self._settle(run, rc or 1)
+            return
+        run.proc.stdout.close()
+        rc = run.proc.poll()
+        if rc is None:
+            lingering.append(run)
+        else:
+            self._settle(run, rc)
 
     def _settled_if_reaped(self, run) -> bool:
         rc = run.proc.poll()
@@ -504,7 +625,7 @@ def _check_plugins_dir(ctx, param, value):
     "--plugins-dir",
     default=str(DEFAULT_PLUGINS_DIR),
     callback=_check_plugins_dir,
-    help=f"Directory of the *{PLUGIN_SUFFIX} plugins.  [default: utils/plugins]",
+    help="Directory of the *_metrics_plugin.sh/.py plugins.  [default: utils/plugins]",
 )
 @click.option("--sd-dir", help="Write <host>.json here for Prometheus file-based service discovery.")
 @click.pass_context
