@@ -749,7 +749,8 @@ def test_ray_hang_of_a_one_node_job_is_requeued_on_the_other_node_and_resumes_fr
     it: the next attempt runs on the cluster's other node, restores the checkpoint and finishes. (A 2-node job
     cannot be requeued without a node on this 2-node cluster: the two-node hang test proves the exclusion by
     sbatch's refusal; this one proves a requeued attempt elsewhere resumes and passes.)"""
-    steps, period = 300, 10  # ~0.1 s a step here: time to freeze it after step 10's checkpoint, none to spare
+    # ~0.05 s a step (a save each 10 adds ~0.3 s): 20 s or more to freeze it after step 10's checkpoint
+    steps, period = 400, 10
     env = job_env(local_cluster, tmp_path / "ws", tmp_path / "jax_cache")
     # A 30 s floor: under a loaded CI machine a 5 s one saw a healthy step gap as a hang before the freeze.
     env.update(HANG_TIMEOUT="30", HANG_STEP_FACTOR="5", MAX_RETRIES="1", RAY="1", TENSORBOARD="0")
@@ -796,6 +797,7 @@ def test_ray_hang_of_a_one_node_job_is_requeued_on_the_other_node_and_resumes_fr
     why = subprocess.run([JOBKIT, "why", "--json", str(log)], capture_output=True, text=True, timeout=60, env=env)
     verdict = json.loads(why.stdout)
     assert (verdict["class"], verdict["host"], verdict["retry"]) == ("hang", node, "retry-without-node"), verdict
+    assert verdict["blamed_because"].startswith(f"stacks: {node}'s training (rank 0, pid {frozen}) is stopped (T)")
     # The second attempt ran on the other node, restored the last checkpoint the first one saved, and finished.
     head = header(second_text)
     assert (head["ATTEMPT"], head["RETRY_OF"], head["REQUEUE_EXCLUDE"]) == ("2", job_id, node), head
