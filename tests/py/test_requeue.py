@@ -722,6 +722,95 @@ def test_two_node_hang_is_told_by_the_monitor_blamed_from_its_stacks_and_requeue
     assert again.returncode == 0 and " job " not in again.stdout, again.stdout
 
 
+def saved_steps(text: str) -> list[int]:
+    """The steps whose checkpoint MaxText finished saving (its `Saved a checkpoint at step N.` line), rank 0's."""
+    return [
+        int(s) for s in re.findall(r"^0: .*checkpointing\.py:\d+\] Saved a checkpoint at step (\d+)\.$", text, re.M)
+    ]
+
+
+def the_training_pid(job_id: str) -> int:
+    """The one training process of a one-node job. Under RAY=1 it is a Ray actor's subprocess, found by its
+    environment (JOB_ID, NODE_RANK); the driver (`jobkit ray-launch ... -- <python> jobkit launch ...`) carries
+    the same command in its arguments and is not it."""
+    pids = [
+        p for p in training_pids(job_id, rank=0) if b"\0ray-launch\0" not in Path(f"/proc/{p}/cmdline").read_bytes()
+    ]
+    assert len(pids) == 1, pids
+    return pids[0]
+
+
+def test_ray_hang_of_a_one_node_job_is_requeued_on_the_other_node_and_resumes_from_its_checkpoint(
+    local_cluster,  # noqa: F811
+    tmp_path,
+):
+    """RAY=1, MAX_RETRIES=1, checkpointing: the training of a 1-node job is frozen (SIGSTOP) after a checkpoint.
+    The watchdog takes its stacks (state T), the hang is blamed on that node, and the job is requeued without
+    it: the next attempt runs on the cluster's other node, restores the checkpoint and finishes. (A 2-node job
+    cannot be requeued without a node on this 2-node cluster: the two-node hang test proves the exclusion by
+    sbatch's refusal; this one proves a requeued attempt elsewhere resumes and passes.)"""
+    # ~0.05 s a step (a save each 10 adds ~0.3 s): 20 s or more to freeze it after step 10's checkpoint
+    steps, period = 400, 10
+    env = job_env(local_cluster, tmp_path / "ws", tmp_path / "jax_cache")
+    # A 30 s floor: under a loaded CI machine a 5 s one saw a healthy step gap as a hang before the freeze.
+    env.update(HANG_TIMEOUT="30", HANG_STEP_FACTOR="5", MAX_RETRIES="1", RAY="1", TENSORBOARD="0")
+    job_id, log = submit_job(
+        env, "tiny:rq:", "-N", "1", "--", f"steps={steps}", f"checkpoint_period={period}", *CHECKPOINTING
+    )
+    second, frozen = None, None
+    try:
+        node = wait_for(lambda: header(read(log)).get("NODELIST_EXPANDED"), 240, "the first attempt's header")
+        other = ({"node1", "node2"} - {node}).pop()
+        wait_for(
+            lambda: period in saved_steps(read(log)) or step_or_early_end(log, steps), 300, f"step {period} saved", 0.05
+        )
+        assert period in saved_steps(read(log)), "the run ended before its checkpoint was seen"
+        frozen = the_training_pid(job_id)
+        os.kill(frozen, signal.SIGSTOP)
+        second, second_log = next_attempt(log, 300)
+        wait_for(lambda: re.search(r"^ *Status: ", read(second_log), re.M), 300, "the second attempt's end")
+    finally:
+        local_cluster.run(["scancel", job_id, *([second] if second else [])], check=False)
+        for pid in live_processes_of(job_id, TRAINING_CMDLINE) + (
+            live_processes_of(second, TRAINING_CMDLINE) if second else []
+        ):
+            os.kill(pid, signal.SIGKILL)
+    first_text, second_text = log.read_text(), second_log.read_text()
+    # The first attempt: the watchdog fired on NODE and took its stacks: training stopped (T).
+    assert re.search(r"^0: == HANG detected \(phase training, last step \d+, \d+ s since\) ==$", first_text, re.M), (
+        first_text[-4000:]
+    )
+    assert re.search(r"Status: HANG \(exit \d+\) — phase training", first_text), first_text[-3000:]
+    hang = log.with_suffix("") / "hang"
+    assert sorted(p.name for p in hang.glob("*.txt")) == [f"{node}.txt"]
+    stacks = (hang / f"{node}.txt").read_text()
+    assert f"pid {frozen}, state T (stopped)" in stacks, stacks[:2000]
+    # Requeued without NODE: the line, the record and the next attempt's header say so.
+    assert re.search(
+        rf"^== REQUEUED as job {second} \(attempt 2 of 2\): hang.*; excluding {node} "
+        r"\[catalogue entry [\w-]+: retry-without-node(; advice: .*)?\] ==$",
+        first_text,
+        re.M,
+    ), first_text[-3000:]
+    record = json.loads((log.with_suffix("") / "requeue.json").read_text())
+    assert record["decision"]["exclude"] == [node] and record["decision"]["why"].startswith("hang"), record
+    why = subprocess.run([JOBKIT, "why", "--json", str(log)], capture_output=True, text=True, timeout=60, env=env)
+    verdict = json.loads(why.stdout)
+    assert (verdict["class"], verdict["host"], verdict["retry"]) == ("hang", node, "retry-without-node"), verdict
+    assert verdict["blamed_because"].startswith(f"stacks: {node}'s training (rank 0, pid {frozen}) is stopped (T)")
+    # The second attempt ran on the other node, restored the last checkpoint the first one saved, and finished.
+    head = header(second_text)
+    assert (head["ATTEMPT"], head["RETRY_OF"], head["REQUEUE_EXCLUDE"]) == ("2", job_id, node), head
+    assert head["NODELIST_EXPANDED"] == other, head
+    saved = max(saved_steps(first_text))
+    assert saved >= period
+    assert f"restoring from this run's directory step {saved}" in second_text, second_text[-3000:]
+    resumed = rank0_steps(second_text)
+    assert saved <= resumed[0] <= saved + 1 and resumed[-1] == steps - 1, (saved, resumed[:3], resumed[-3:])
+    assert re.search(r"^ *Status: SUCCESS \(exit 0\)", second_text, re.M), second_text[-3000:]
+    wait_for(lambda: not live_processes_of(job_id) and not live_processes_of(second), 60, "both attempts gone")
+
+
 def node_state(cluster, node: str) -> str:
     return cluster.run(["sinfo", "-h", "-n", node, "-o", "%T"], check=False).stdout.strip()
 
