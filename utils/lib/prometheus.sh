@@ -245,6 +245,11 @@ scrape_configs:
 EOC
 }
 
+# prometheus_scrape_interval NODES: prints the exporters' scrape interval for a job of NODES nodes.
+prometheus_scrape_interval() {
+  echo 5s
+}
+
 # _prom_launch TSDB PORT INTERVAL SD_DIR: starts the job's prometheus on the first free port from PORT, config
 # TSDB/prometheus.yml, log TSDB/prometheus.log. Sets _PROM_PID and _PROM_PORT; 1 with one error line.
 _prom_launch() {
@@ -289,7 +294,7 @@ _prom_launch() {
 }
 
 prometheus_start() {
-  local job_dir='' port=${PROMETHEUS_PORT:-9190} sd_dir='' interval=5s
+  local job_dir='' port=${PROMETHEUS_PORT:-9190} sd_dir='' interval='' nodes=1
   while (($#)); do
     case $1 in
       --port) port=${2:-}; shift 2 || break ;;
@@ -298,6 +303,8 @@ prometheus_start() {
       --sd-dir=*) sd_dir=${1#*=}; shift ;;
       --scrape-interval) interval=${2:-}; shift 2 || break ;;
       --scrape-interval=*) interval=${1#*=}; shift ;;
+      --nodes) nodes=${2:-}; shift 2 || break ;;
+      --nodes=*) nodes=${1#*=}; shift ;;
       -*) _prom_err "start: unknown option $1; see utils/lib/prometheus.sh"; return 1 ;;
       *)
         [[ -z $job_dir ]] || { _prom_err "start: one job dir only (got '$job_dir' and '$1')"; return 1; }
@@ -308,6 +315,9 @@ prometheus_start() {
   [[ -d $job_dir ]] || { _prom_err "start: job dir $job_dir does not exist; create it first"; return 1; }
   [[ $port =~ ^[0-9]+$ ]] && ((port >= 1 && port <= 65535)) ||
     { _prom_err "start: port '$port' is not a TCP port; pass --port 1-65535"; return 1; }
+  [[ $nodes =~ ^[0-9]+$ ]] && ((10#$nodes >= 1)) ||
+    { _prom_err "start: node count '$nodes' is not a whole number >= 1; pass --nodes N (the job's node count)"; return 1; }
+  [[ -n $interval ]] || interval=$(prometheus_scrape_interval "$((10#$nodes))")
   [[ $interval =~ ^[0-9]+$ ]] && interval+=s
   [[ $interval =~ ^[0-9]+(ms|s|m|h)$ ]] ||
     { _prom_err "start: scrape interval '$interval' is not a duration; use e.g. --scrape-interval 5s"; return 1; }
