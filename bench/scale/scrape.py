@@ -228,7 +228,9 @@ def self_metric(port: int, name: str) -> float:
 
 
 def bash_lib(script: str, *args: str) -> str:
-    out = subprocess.run(["bash", "-c", f"source {PROM_LIB} && {script}", "bash", *args], capture_output=True, text=True)
+    out = subprocess.run(
+        ["bash", "-c", f"source {PROM_LIB} && {script}", "bash", *args], capture_output=True, text=True
+    )
     if out.returncode:
         raise SystemExit(f"scrape.py: {script.split()[0]} failed: {out.stderr.strip().splitlines()[-1:]}")
     return out.stdout.strip()
@@ -245,8 +247,14 @@ def head_block(copy: Path, work: Path) -> tuple[int, int]:
     admin API snapshots it (the job's own has no admin API and is never touched)."""
     (work / "empty.yml").write_text("global: {}\n")
     port = free_port()
-    cmd = ["prometheus", f"--config.file={work / 'empty.yml'}", f"--storage.tsdb.path={copy}",
-           f"--web.listen-address=127.0.0.1:{port}", "--web.enable-admin-api", "--storage.tsdb.retention.time=10y"]
+    cmd = [
+        "prometheus",
+        f"--config.file={work / 'empty.yml'}",
+        f"--storage.tsdb.path={copy}",
+        f"--web.listen-address=127.0.0.1:{port}",
+        "--web.enable-admin-api",
+        "--storage.tsdb.retention.time=10y",
+    ]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=open(work / "snap.log", "a"))
     try:
         for _ in range(1200):
@@ -265,6 +273,42 @@ def head_block(copy: Path, work: Path) -> tuple[int, int]:
     index = sum((b / "index").stat().st_size for b in snap.iterdir() if (b / "index").exists())
     shutil.rmtree(copy)
     return chunks, index
+
+
+def measure(port: int, pid: int, srv_pid: int, tsdb: Path, run: Path, n: int, every: str, seconds: int):
+    """The window's row, the TSDB copied at its start, and the samples appended at its start and end."""
+    appended = "prometheus_tsdb_head_samples_appended_total"
+    s_a = self_metric(port, appended)
+    copy_a = copy_tsdb(tsdb, run / "copy_a")
+    s_a = (s_a + self_metric(port, appended)) / 2
+    t0, c0, s0, w0, l0 = time.time(), cpu_s(pid), self_metric(port, appended), dir_bytes(tsdb / "wal"), loadavg()
+    srv_c0 = cpu_s(srv_pid)
+    time.sleep(seconds)
+    t1, c1, s1, w1, l1 = time.time(), cpu_s(pid), self_metric(port, appended), dir_bytes(tsdb / "wal"), loadavg()
+    srv_c1 = cpu_s(srv_pid)
+    win, dt = f"{int(t1 - t0)}s", t1 - t0
+    scrape = 'scrape_duration_seconds{job="exporters"}'
+    row = {
+        "op": "prometheus scrape",
+        "nodes": n,
+        "interval": every,
+        "seconds": round(dt, 1),
+        "series": int(self_metric(port, "prometheus_tsdb_head_series")),
+        "samples_per_scrape": query(port, 'avg(scrape_samples_scraped{job="exporters"})'),
+        "cpu_per_s": (c1 - c0) / dt,
+        "rss_mb": status_kb(pid, "VmRSS") / 1024,
+        "hwm_mb": status_kb(pid, "VmHWM") / 1024,
+        "samples_per_s": (s1 - s0) / dt,
+        "scrape_avg_s": query(port, f"avg(avg_over_time({scrape}[{win}]))"),
+        "scrape_max_s": query(port, f"max(max_over_time({scrape}[{win}]))"),
+        "interval_p99_s": query(
+            port, f'max(prometheus_target_interval_length_seconds{{quantile="0.99",interval="{every}"}})'
+        ),
+        "wal_bytes_per_h": (w1 - w0) / dt * 3600,
+        "server_cpu_per_s": (srv_c1 - srv_c0) / dt,
+        "load": [l0, l1],
+    }
+    return row, copy_a, s_a, s1
 
 
 def run_one(work: Path, page_file: Path, n: int, seconds: int, warmup: int, interval: str) -> dict:
@@ -298,29 +342,8 @@ def run_one(work: Path, page_file: Path, n: int, seconds: int, warmup: int, inte
         while (query(port, 'count(up{job="exporters"} == 1)') or 0) < n and time.time() < deadline:
             time.sleep(1)
         up = int(query(port, 'count(up{job="exporters"} == 1)') or 0)
-        s_a = self_metric(port, "prometheus_tsdb_head_samples_appended_total")
-        copy_a = copy_tsdb(tsdb, run / "copy_a")
-        s_a = (s_a + self_metric(port, "prometheus_tsdb_head_samples_appended_total")) / 2
-        t0, c0, s0, w0, l0 = time.time(), cpu_s(pid), self_metric(port, "prometheus_tsdb_head_samples_appended_total"), dir_bytes(tsdb / "wal"), loadavg()
-        srv_c0 = cpu_s(srv.pid)
-        time.sleep(seconds)
-        t1, c1, s1, w1, l1 = time.time(), cpu_s(pid), self_metric(port, "prometheus_tsdb_head_samples_appended_total"), dir_bytes(tsdb / "wal"), loadavg()
-        srv_c1 = cpu_s(srv.pid)
-        win = f"{int(t1 - t0)}s"
-        row = {
-            "op": "prometheus scrape", "nodes": n, "interval": every, "seconds": round(t1 - t0, 1), "up": up,
-            "series": int(self_metric(port, "prometheus_tsdb_head_series")),
-            "samples_per_scrape": query(port, 'avg(scrape_samples_scraped{job="exporters"})'),
-            "cpu_per_s": (c1 - c0) / (t1 - t0),
-            "rss_mb": status_kb(pid, "VmRSS") / 1024, "hwm_mb": status_kb(pid, "VmHWM") / 1024,
-            "samples_per_s": (s1 - s0) / (t1 - t0),
-            "scrape_avg_s": query(port, f'avg(avg_over_time(scrape_duration_seconds{{job="exporters"}}[{win}]))'),
-            "scrape_max_s": query(port, f'max(max_over_time(scrape_duration_seconds{{job="exporters"}}[{win}]))'),
-            "interval_p99_s": query(port, f'max(prometheus_target_interval_length_seconds{{quantile="0.99",interval="{every}"}})'),
-            "wal_bytes_per_h": (w1 - w0) / (t1 - t0) * 3600,
-            "server_cpu_per_s": (srv_c1 - srv_c0) / (t1 - t0),
-            "load": [l0, l1],
-        }
+        row, copy_a, s_a, s1 = measure(port, pid, srv.pid, tsdb, run, n, every, seconds)
+        row["up"] = up
         bash_lib('prometheus_stop "$1"', str(prom_job))
         started = False
         chunks_a, _ = head_block(copy_a, run)
