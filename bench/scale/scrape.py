@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Usage: bench/scale/scrape.py WORKDIR [--nodes 8,64,256,512] [--seconds 100] [--warmup 20] [--interval AUTO|5s]
+"""Usage: bench/scale/scrape.py WORKDIR [--nodes 8,64,256,512] [--seconds 100] [--warmup 20] [--interval 5s,auto]
 Summary: Live scrape at scale: the job's own Prometheus scraping N simulated 8-GPU nodes' exporter pages on loopback
 
 1. Records one real exporter page: utils/metrics_exporter.sh with the repo's plugins (utils/plugins) runs once on
@@ -10,11 +10,13 @@ Summary: Live scrape at scale: the job's own Prometheus scraping N simulated 8-G
    that page, host="nodeK" per port, counters advanced and gauges jittered on every scrape (so the TSDB compresses
    real-looking data, not constants); HTTP/1.0 and no gzip, like the exporter. The job's Prometheus is started by
    utils/lib/prometheus.sh's prometheus_start (the job's own config generator; --nodes N, so the interval is the
-   one a job of N nodes gets, unless --interval says otherwise) with one file_sd file of N targets.
+   one a job of N nodes gets) with one file_sd file of N targets. --interval: the intervals to measure, each
+   a duration (passed as --scrape-interval) or "auto" (the job's own by node count; an N whose auto interval was
+   measured already as a duration is not run again). Default 5s,auto: as before the rule, then with it.
 3. After WARMUP s (every target up), for SECONDS s: Prometheus's CPU s/s and RSS (/proc/<pid>), samples/s
    (prometheus_tsdb_head_samples_appended_total), scrape duration (avg and max of scrape_duration_seconds over
    the window; prometheus_target_interval_length_seconds p99), WAL growth. Then Prometheus is stopped
-   (prometheus_stop) and a throwaway Prometheus with the admin API, on a copy of the TSDB, snapshots its head
+   (prometheus_stop) and a throwaway Prometheus (jobkit.observe.promserver), on a copy of the TSDB, snapshots its head
    into a block: chunk bytes per sample and index bytes per series, the on-disk cost once the head is compacted.
    TSDB bytes/h = samples/h x chunk B/sample + series x index B/series / 2 (one index per 2 h block); WAL bytes/h
    is the WAL growth over the window x 3600/SECONDS (the WAL holds the last ~2-3 h, then is truncated).
@@ -41,6 +43,9 @@ import urllib.request
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "py"))  # this checkout's jobkit
+from jobkit.observe import promserver  # noqa: E402
+
 FIX = REPO / "tests" / "fixtures" / "metrics"
 PROM_LIB = REPO / "utils" / "lib" / "prometheus.sh"
 GPUS, NICS = 8, 8
@@ -242,32 +247,16 @@ def copy_tsdb(tsdb: Path, dest: Path) -> Path:
     return dest
 
 
-def head_block(copy: Path, work: Path) -> tuple[int, int]:
-    """(chunk bytes, index bytes) of the head of COPY written out as one block: a throwaway Prometheus with the
-    admin API snapshots it (the job's own has no admin API and is never touched)."""
-    (work / "empty.yml").write_text("global: {}\n")
-    port = free_port()
-    cmd = [
-        "prometheus",
-        f"--config.file={work / 'empty.yml'}",
-        f"--storage.tsdb.path={copy}",
-        f"--web.listen-address=127.0.0.1:{port}",
-        "--web.enable-admin-api",
-        "--storage.tsdb.retention.time=10y",
-    ]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=open(work / "snap.log", "a"))
+def head_block(copy: Path) -> tuple[int, int]:
+    """(chunk bytes, index bytes) of the head of COPY written out as one block: a throwaway Prometheus
+    (jobkit.observe.promserver: admin API behind a random password) snapshots it; the job's own is never touched."""
+    server = promserver.start(str(copy), promserver.find_binary(), tries=3, admin_api=True, ready_timeout=300)
     try:
-        for _ in range(1200):
-            try:
-                http(port, "/-/ready", timeout=2)
-                break
-            except OSError:
-                if proc.poll() is not None:
-                    raise SystemExit(f"scrape.py: the snapshot Prometheus died; see {work}/snap.log") from None
-                time.sleep(0.1)
-        name = json.loads(http(port, "/api/v1/admin/tsdb/snapshot", data=b"", timeout=300))["data"]["name"]
+        req = server.request("/api/v1/admin/tsdb/snapshot?skip_head=false", "POST")
+        with urllib.request.build_opener(urllib.request.ProxyHandler({})).open(req, timeout=600) as resp:
+            name = json.loads(resp.read())["data"]["name"]
     finally:
-        stop_pid(proc)
+        server.stop(grace=60)
     snap = copy / "snapshots" / name
     chunks = sum(dir_bytes(b / "chunks") for b in snap.iterdir() if b.is_dir())
     index = sum((b / "index").stat().st_size for b in snap.iterdir() if (b / "index").exists())
@@ -312,7 +301,7 @@ def measure(port: int, pid: int, srv_pid: int, tsdb: Path, run: Path, n: int, ev
 
 
 def run_one(work: Path, page_file: Path, n: int, seconds: int, warmup: int, interval: str) -> dict:
-    run = work / f"n{n}"
+    run = work / f"n{n}-{interval}"
     (run / "job").mkdir(parents=True)
     sd = run / "sd"
     sd.mkdir()
@@ -344,10 +333,11 @@ def run_one(work: Path, page_file: Path, n: int, seconds: int, warmup: int, inte
         up = int(query(port, 'count(up{job="exporters"} == 1)') or 0)
         row, copy_a, s_a, s1 = measure(port, pid, srv.pid, tsdb, run, n, every, seconds)
         row["up"] = up
+        row["rule"] = "auto" if interval == "auto" else "fixed"
         bash_lib('prometheus_stop "$1"', str(prom_job))
         started = False
-        chunks_a, _ = head_block(copy_a, run)
-        chunks, index = head_block(copy_tsdb(tsdb, run / "copy_b"), run)
+        chunks_a, _ = head_block(copy_a)
+        chunks, index = head_block(copy_tsdb(tsdb, run / "copy_b"))
         # what one more sample costs in a chunk (the two blocks differ by the window's samples), plus a chunk's
         # own ~25 B (header, first timestamp and value, CRC) over the 120 samples a chunk holds when it is cut
         row["chunk_b_per_sample"] = (chunks - chunks_a) / max(s1 - s_a, 1) + 25 / 120
@@ -369,9 +359,9 @@ def main() -> int:
     ap.add_argument("--nodes", default="8,64,256,512")
     ap.add_argument("--seconds", type=int, default=100)
     ap.add_argument("--warmup", type=int, default=20)
-    ap.add_argument("--interval", default="5s", help="scrape interval, or 'auto': the one the job picks for N nodes")
+    ap.add_argument("--interval", default="5s,auto", help="scrape intervals; 'auto': the one the job picks for N nodes")
     a = ap.parse_args()
-    if shutil.which("prometheus") is None:
+    if promserver.find_binary() is None:
         print("scrape.py: no prometheus binary on PATH; install it with 'utils/prometheus.sh install'", file=sys.stderr)
         return 2
     a.workdir.mkdir(parents=True, exist_ok=True)
@@ -380,11 +370,14 @@ def main() -> int:
     page_file.write_text(page)
     n_samples = sum(1 for line in page.splitlines() if line and not line.startswith("#"))
     log(f"recorded page: {len(page)} bytes, {n_samples} samples ({page_file})")
-    for n in (int(x) for x in a.nodes.split(",")):
-        log(f"N={n}: serving, scraping {a.warmup}+{a.seconds} s ...")
-        row = run_one(a.workdir, page_file, n, a.seconds, a.warmup, a.interval)
-        print(json.dumps(row), flush=True)
-        log(json.dumps(row))
+    for interval in a.interval.split(","):
+        for n in (int(x) for x in a.nodes.split(",")):
+            if interval == "auto" and bash_lib('prometheus_scrape_interval "$1"', str(n)) in a.interval.split(","):
+                continue  # the job's interval for N nodes was measured already
+            log(f"N={n}, interval {interval}: serving, scraping {a.warmup}+{a.seconds} s ...")
+            row = run_one(a.workdir, page_file, n, a.seconds, a.warmup, interval)
+            print(json.dumps(row), flush=True)
+            log(json.dumps(row))
     return 0
 
 

@@ -112,22 +112,28 @@ def scrape_predict(model: dict, series: float, samples_per_s: float) -> dict:
     }
 
 
+def seconds(every: str) -> float:
+    return float(every.removesuffix("s"))
+
+
 def scrape_table(rows: list[dict]) -> None:
-    """Prometheus scrape and TSDB size/h at each node count, per interval measured, and 512 nodes x 24 h."""
-    for every in dict.fromkeys(r["interval"] for r in rows):
-        at = sorted((r for r in rows if r["interval"] == every), key=lambda r: r["nodes"])
-        model = scrape_model(at)
-        per_node = {
-            k: (at[-1][k] - at[0][k]) / max(at[-1]["nodes"] - at[0]["nodes"], 1) for k in ("series", "samples_per_s")
-        }
-        n = TARGET_NODES
-        series = at[-1]["series"] + per_node["series"] * (n - at[-1]["nodes"])
-        rate = at[-1]["samples_per_s"] + per_node["samples_per_s"] * (n - at[-1]["nodes"])
+    """Prometheus scrape and TSDB size/h at each node count, per group of rows (a fixed interval, or the
+    interval by node count), and each group's prediction at 512 nodes x 24 h from the model fitted to all rows."""
+    model = scrape_model(rows)
+    _, per_node = fit([(r["nodes"], r["series"]) for r in rows])
+    s0, _ = fit([(r["nodes"], r["series"]) for r in rows])
+    r0, per_target_s = fit([(r["nodes"] / seconds(r["interval"]), r["samples_per_s"]) for r in rows])
+    for rule in dict.fromkeys(r.get("rule", r["interval"]) for r in rows):
+        at = sorted((r for r in rows if r.get("rule", r["interval"]) == rule), key=lambda r: r["nodes"])
+        every = at[-1]["interval"]  # the interval at the group's largest node count (512 when it was measured)
+        series = s0 + per_node * TARGET_NODES
+        rate = r0 + per_target_s * TARGET_NODES / seconds(every)
         pred = scrape_predict(model, series, rate)
+        title = "every " + every if rule != "auto" else "by node count"
         print(
-            f"{'scrape every ' + every:<24}"
-            + "".join(f"{str(r['nodes']) + ' nodes':>30}" for r in at)
-            + f"{'512 x 24 h (pred)':>34}"
+            f"{'scrape ' + title:<24}"
+            + "".join(f"{str(r['nodes']) + ' nodes, ' + r['interval']:>30}" for r in at)
+            + f"{'512 x 24 h (pred, ' + every + ')':>34}"
         )
         cells = [
             f"{r['cpu_per_s'] * 100:.1f}% {r['rss_mb']:.0f}MB {r['scrape_avg_s'] * 1000:.0f}/{r['scrape_max_s'] * 1000:.0f}ms"
@@ -143,7 +149,7 @@ def scrape_table(rows: list[dict]) -> None:
         print(
             f"{'TSDB size/h':<24}"
             + "".join(f"{c:>30}" for c in cells)
-            + f"{pred['tsdb_h'] / 1e6:.0f}MB/h {day:.1f}GB/24h".rjust(34)
+            + f"{pred['tsdb_h'] / 1e6:.0f}MB +WAL {pred['wal_h'] / 1e6:.0f}MB, {day:.1f}GB/24h".rjust(34)
         )
         cells = [
             f"{r['samples_per_s'] / 1e3:.1f}k/s {r['series'] / 1e3:.0f}k ld{r['load'][0]:.1f}-{r['load'][1]:.1f}"
@@ -154,11 +160,12 @@ def scrape_table(rows: list[dict]) -> None:
             + "".join(f"{c:>30}" for c in cells)
             + f"{rate / 1e3:.1f}k/s {series / 1e3:.0f}k".rjust(34)
         )
-        print(
-            f"model: CPU = {model['cpu'][0] * 100:.2f}% + {model['cpu'][1] * 1e6:.1f} us/sample; RSS = {model['rss'][0]:.0f} MB +"
-            f" {model['rss'][1] * 1e3:.2f} KB/series; TSDB = {model['b_per_sample']:.2f} B/sample +"
-            f" {model['idx_per_series']:.0f} B/series per 2 h block; WAL = {model['wal'] / 3600:.1f} B/sample (kept ~2-3 h)"
-        )
+    print(
+        f"model (all rows): CPU = {model['cpu'][0] * 100:.2f}% + {model['cpu'][1] * 1e6:.1f} us/sample;"
+        f" RSS = {model['rss'][0]:.0f} MB + {model['rss'][1] * 1e3:.2f} KB/series; TSDB = {model['b_per_sample']:.2f}"
+        f" B/sample + {model['idx_per_series']:.0f} B/series per 2 h block; WAL = {model['wal'] / 3600:.1f} B/sample"
+        f" (holds the last ~2-3 h); {per_node:.0f} series per node"
+    )
     print(
         "cells: Prometheus CPU (% of one core) and RSS, scrape duration avg/max; TSDB: compacted bytes/h (chunks +"
         " index) and WAL bytes/h; load: 1-min load average at the window's start-end"
