@@ -134,7 +134,9 @@ def record_page(work: Path) -> str:
 
 # --- the N endpoints ------------------------------------------------------------------------------------
 class Page:
-    """One node's page as a format string; counters advance and gauges jitter on every render."""
+    """One node's page as a format string. On every render a counter advances by 0.005-1.5 % of its recorded
+    value (whole numbers: a small one, such as an error count, mostly stays as recorded) and a gauge lies within
+    +-0.5 % of max(|recorded value|, 1) of its recorded value: real-looking data for the TSDB's compression."""
 
     def __init__(self, page: str, host: str, rng: random.Random):
         types: dict[str, str] = {}
