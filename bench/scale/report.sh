@@ -6,10 +6,12 @@
 # 512 x BIG_STEPS, hang stacks of N hosts and a workspace of JOBS jobs, times each operation on them
 # (bench/scale/measure.py: the end-of-run verdict, tgs, why, jobs, analyze, compare, dashboard, a monitor poll,
 # a hang-watchdog look, the stacks collection) and prints one table (bench/scale/table.py) with the growth
-# order and the model's prediction at 512 nodes x 24 h. --before FILE: a results file of an earlier run (kept
+# order and the model's prediction at 512 nodes x 24 h. Then the live scrape (bench/scale/scrape.py: the job's
+# Prometheus scraping N loopback endpoints that serve a recorded 8-GPU node's exporter page, ~100 s per N, at 5 s
+# and at the job's interval by node count; SCALE_SCRAPE=0 skips it, ~15 min). --before FILE: a results file of an earlier run (kept
 # with SCALE_KEEP=FILE) shown as `before -> after`. SCALE_PYTHON=<another checkout's .venv/bin/python>
 # measures that checkout's jobkit.
-# Writes under a fresh /tmp/scale-* (about 1 GB at the defaults) and deletes it. Takes ~15 min on 2 busy cores.
+# Writes under a fresh /tmp/scale-* (about 1 GB at the defaults) and deletes it. Takes ~30 min on 2 busy cores (~15 without the scrape).
 # Not part of CI.
 set -euo pipefail
 [[ -n ${_DEBUG:-} ]] && set -x
@@ -26,11 +28,20 @@ while (($#)); do
     *) echo "report.sh: unknown argument '$1'; see --help" >&2; exit 2 ;;
   esac
 done
+# nodes_arg ARGS...: the --nodes value among ARGS (default 8,64,256,512).
+nodes_arg() {
+  local nodes=8,64,256,512
+  while (($#)); do [[ $1 == --nodes ]] && nodes=$2; shift; done
+  echo "$nodes"
+}
 # shellcheck source=utils/lib/process.sh
 source "$HERE/../../utils/lib/process.sh"
 PY=$(proc_python "$HERE/../..")
 WORK=$(mktemp -d /tmp/scale-XXXXXX)
 trap 'rm -rf "$WORK"' EXIT
 "$PY" "$HERE/measure.py" "$WORK/run" "${args[@]}" >"$WORK/results.jsonl"
+if [[ ${SCALE_SCRAPE:-1} != 0 ]]; then
+  "$PY" "$HERE/scrape.py" "$WORK/scrape" --nodes "$(nodes_arg "${args[@]}")" >>"$WORK/results.jsonl"
+fi
 [[ -n ${SCALE_KEEP:-} ]] && cp "$WORK/results.jsonl" "$SCALE_KEEP"
 "$PY" "$HERE/table.py" "$WORK/results.jsonl" ${before:+"$before"}

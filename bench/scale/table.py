@@ -9,6 +9,9 @@ STEPS steps and the largest, 512 x BIG_STEPS); an operation that no longer grows
 node counts: it reads a big log at its ends) is predicted at its largest measured point. With BEFORE, each cell is
 `before -> after`; so it is with one RESULTS file whose rows include measure.py's side-by-side ("side":
 "before") rows. The limits (issue 24): 1 min and 2 GB on a login node, 1 % of a core per node for the watchdog.
+Rows of scrape.py (op "prometheus scrape", the live scrape) are printed after it, per scrape interval measured:
+Prometheus CPU, RSS and scrape duration, TSDB and WAL bytes per hour at each node count, the model fitted to
+them (scrape_model) and its prediction at 512 nodes x 24 h.
 """
 
 from __future__ import annotations
@@ -82,13 +85,106 @@ def summarize(results: list[dict]) -> dict[str, dict]:
     return out
 
 
+SCRAPE_OP = "prometheus scrape"
+CHUNK_OVERHEAD_B = 25 / 120  # per sample: a chunk's header, first timestamp and value, CRC over its 120 samples
+
+
+def scrape_model(rows: list[dict]) -> dict:
+    """The live scrape's model, fitted to scrape.py's rows at one interval: Prometheus CPU = a + b*samples/s,
+    RSS = c + d*series, TSDB bytes/h = samples/h * B/sample + series * index B/series / 2 (one index per 2 h
+    block), WAL bytes/h = e * samples/s; B/sample and index B/series are the means over the rows."""
+    a, b = fit([(r["samples_per_s"], r["cpu_per_s"]) for r in rows])
+    c, d = fit([(r["series"], r["rss_mb"]) for r in rows])
+    _, e = fit([(r["samples_per_s"], r["wal_bytes_per_h"]) for r in rows] + [(0.0, 0.0)])
+    per_sample = sum(r["chunk_b_per_sample"] for r in rows) / len(rows)
+    per_series = sum(r["index_b_per_series"] for r in rows) / len(rows)
+    return {"cpu": (a, b), "rss": (c, d), "wal": e, "b_per_sample": per_sample, "idx_per_series": per_series}
+
+
+def scrape_predict(model: dict, series: float, samples_per_s: float) -> dict:
+    a, b = model["cpu"]
+    c, d = model["rss"]
+    tsdb_h = samples_per_s * 3600 * model["b_per_sample"] + series * model["idx_per_series"] / 2
+    return {
+        "cpu": a + b * samples_per_s,
+        "rss": c + d * series,
+        "tsdb_h": tsdb_h,
+        "wal_h": model["wal"] * samples_per_s,
+    }
+
+
+def seconds(every: str) -> float:
+    return float(every.removesuffix("s"))
+
+
+def scrape_table(rows: list[dict]) -> None:
+    """Prometheus scrape and TSDB size/h at each node count, per group of rows (a fixed interval, or the
+    interval by node count), and each group's prediction at 512 nodes x 24 h from the model fitted to all rows."""
+    model = scrape_model(rows)
+    _, per_node = fit([(r["nodes"], r["series"]) for r in rows])
+    s0, _ = fit([(r["nodes"], r["series"]) for r in rows])
+    r0, per_target_s = fit([(r["nodes"] / seconds(r["interval"]), r["samples_per_s"]) for r in rows])
+    for rule in dict.fromkeys(r.get("rule", r["interval"]) for r in rows):
+        at = sorted((r for r in rows if r.get("rule", r["interval"]) == rule), key=lambda r: r["nodes"])
+        every = at[-1]["interval"]  # the interval at the group's largest node count (512 when it was measured)
+        series = s0 + per_node * TARGET_NODES
+        rate = r0 + per_target_s * TARGET_NODES / seconds(every)
+        pred = scrape_predict(model, series, rate)
+        title = "every " + every if rule != "auto" else "by node count"
+        print(
+            f"{'scrape ' + title:<24}"
+            + "".join(f"{str(r['nodes']) + ' nodes, ' + r['interval']:>30}" for r in at)
+            + f"{'512 x 24 h (pred, ' + every + ')':>34}"
+        )
+        cells = [
+            f"{r['cpu_per_s'] * 100:.1f}% {r['rss_mb']:.0f}MB {r['scrape_avg_s'] * 1000:.0f}/{r['scrape_max_s'] * 1000:.0f}ms"
+            for r in at
+        ]
+        print(
+            f"{'Prometheus scrape':<24}"
+            + "".join(f"{c:>30}" for c in cells)
+            + f"{pred['cpu'] * 100:.1f}% {pred['rss']:.0f}MB".rjust(34)
+        )
+        cells = [f"{r['tsdb_bytes_per_h'] / 1e6:.0f}MB +WAL {r['wal_bytes_per_h'] / 1e6:.0f}MB" for r in at]
+        day = pred["tsdb_h"] * 24 / 1e9
+        print(
+            f"{'TSDB size/h':<24}"
+            + "".join(f"{c:>30}" for c in cells)
+            + f"{pred['tsdb_h'] / 1e6:.0f}MB +WAL {pred['wal_h'] / 1e6:.0f}MB, {day:.1f}GB/24h".rjust(34)
+        )
+        cells = [
+            f"{r['samples_per_s'] / 1e3:.1f}k/s {r['series'] / 1e3:.0f}k ld{r['load'][0]:.1f}-{r['load'][1]:.1f}"
+            for r in at
+        ]
+        print(
+            f"{'samples/s, series, load':<24}"
+            + "".join(f"{c:>30}" for c in cells)
+            + f"{rate / 1e3:.1f}k/s {series / 1e3:.0f}k".rjust(34)
+        )
+    print(
+        f"model (all rows): CPU = {model['cpu'][0] * 100:.2f}% + {model['cpu'][1] * 1e6:.1f} us/sample;"
+        f" RSS = {model['rss'][0]:.0f} MB + {model['rss'][1] * 1e3:.2f} KB/series; TSDB = {model['b_per_sample']:.2f}"
+        f" B/sample + {model['idx_per_series']:.0f} B/series per 2 h block; WAL = {model['wal'] / 3600:.1f} B/sample"
+        f" (holds the last ~2-3 h); {per_node:.0f} series per node"
+    )
+    print(
+        "cells: Prometheus CPU (% of one core) and RSS, scrape duration avg/max; TSDB: compacted bytes/h (chunks +"
+        " index) and WAL bytes/h; load: 1-min load average at the window's start-end"
+    )
+
+
 def main() -> int:
-    rows = load(sys.argv[1])
+    every = load(sys.argv[1])
+    scrape = [r for r in every if r.get("op") == SCRAPE_OP]
+    rows = [r for r in every if r.get("op") != SCRAPE_OP]
     before_rows = [r for r in rows if r.get("side") == "before"]
     after = summarize([r for r in rows if r.get("side") != "before"])
     if len(sys.argv) > 2:
-        before_rows = load(sys.argv[2])
+        before_rows = [r for r in load(sys.argv[2]) if r.get("op") != SCRAPE_OP]
     before = summarize(before_rows) if before_rows else None
+    if not after:
+        scrape_table(scrape)
+        return 0
     nodes = sorted({n for e in after.values() for n in e["cells"]})
     head = f"{'operation':<24}" + "".join(f"{str(n) + ' nodes':>30}" for n in nodes)
     print(head + f"{'512 x big steps':>30}{'order':>8}{'512 x 24 h (pred)':>34}")
@@ -117,6 +213,9 @@ def main() -> int:
         "cells: wall time and peak RSS of the command (watchdog look: CPU per look, 2 steps of every rank);"
         f" pred: a + b*(nodes x steps) fitted to the measured points, at {TARGET_NODES} x {TARGET_STEPS} steps"
     )
+    if scrape:
+        print()
+        scrape_table(scrape)
     return 0
 
 

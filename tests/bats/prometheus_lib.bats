@@ -64,3 +64,45 @@ setup() {
   [ "$output" = "$_PROM_SYSTEM_BIN prometheus, version 2.42.0" ] || [[ $output == *$'\n'"$_PROM_SYSTEM_BIN prometheus, version 2.42.0" ]]
   grep -q 'install -y --no-install-recommends prometheus' "$BATS_TEST_TMPDIR/apt-get.calls"
 }
+
+@test "prometheus_scrape_interval: 5s up to 64 nodes, 10s up to 256, 15s above" {
+  local n want
+  for n in 1:5s 8:5s 64:5s 65:10s 256:10s 257:15s 512:15s 4096:15s; do
+    want=${n#*:}
+    run bash -c 'source "$1"; prometheus_scrape_interval "$2"' x "$REPO_DIR/utils/lib/prometheus.sh" "${n%%:*}"
+    [ "$status" -eq 0 ]
+    [ "$output" = "$want" ] || { echo "nodes ${n%%:*}: got '$output', want $want"; false; }
+  done
+}
+
+@test "prometheus_start --nodes writes the node count's interval into the job's scrape config; --scrape-interval wins" {
+  # A prometheus that fails at startup: the config is written before it runs, and stays.
+  make_stub prometheus 'echo "level=error msg=\"stub prometheus\"" >&2; exit 1'
+  local job=$BATS_TEST_TMPDIR/job cfg=$BATS_TEST_TMPDIR/job/prometheus/prometheus.yml
+  mkdir -p "$job"
+  for case in "512::15s" "100::10s" "8::5s" "512:7s:7s"; do
+    IFS=: read -r nodes given want <<<"$case"
+    run bash -c 'source "$1"; prometheus_start "$2" --port 19190 --nodes "$3" ${4:+--scrape-interval "$4"}' x \
+      "$REPO_DIR/utils/lib/prometheus.sh" "$job" "$nodes" "$given"
+    [ "$status" -eq 1 ]
+    [[ $output == *"prometheus exited at startup"*"stub prometheus"* ]]
+    grep -qx "  scrape_interval: $want" "$cfg" || { cat "$cfg"; false; }
+  done
+  # without --nodes: a job of one node
+  run bash -c 'source "$1"; prometheus_start "$2" --port 19190' x "$REPO_DIR/utils/lib/prometheus.sh" "$job"
+  grep -qx "  scrape_interval: 5s" "$cfg"
+}
+
+@test "prometheus_start --nodes that is not a count: one line naming the fix, nothing started or written" {
+  make_stub prometheus "touch '$BATS_TEST_TMPDIR/started'; exit 1"
+  mkdir -p "$BATS_TEST_TMPDIR/job"
+  for bad in 0 -3 x 1.5 ''; do
+    run bash -c 'source "$1"; prometheus_start "$2" --nodes "$3"' x "$REPO_DIR/utils/lib/prometheus.sh" \
+      "$BATS_TEST_TMPDIR/job" "$bad"
+    [ "$status" -eq 1 ]
+    [ "${#lines[@]}" -eq 1 ]
+    [ "$output" = "prometheus.sh: start: node count '$bad' is not a whole number >= 1; pass --nodes N (the job's node count)" ]
+  done
+  [ ! -e "$BATS_TEST_TMPDIR/started" ]
+  [ ! -e "$BATS_TEST_TMPDIR/job/prometheus" ]
+}

@@ -177,10 +177,11 @@ _obs_start_prometheus() {
   local port err=${_OBS[state]}/prometheus.err dir=${_OBS[job_path]}
   # Found, never installed: no apt-get as root on a compute node or in its container at job time (O1).
   if prometheus_find >/dev/null 2>"$err" &&
-    port=$(PROMETHEUS_PORT=${PROMETHEUS_PORT:-9190} prometheus_start "$dir" 2>"$err"); then
+    port=$(PROMETHEUS_PORT=${PROMETHEUS_PORT:-9190} prometheus_start "$dir" --nodes "${NNODES:-1}" 2>"$err"); then
     _OBS[prom_port]=$port
     renice -n "${_OBS[nice]}" -p "$(<"$dir/prometheus/prometheus.pid")" >/dev/null 2>&1 || true
-    _obs_log "Prometheus on 127.0.0.1:$port, TSDB $dir/prometheus"
+    # The interval grows with the node count (prometheus_scrape_interval): say which one this job got.
+    _obs_log "Prometheus on 127.0.0.1:$port, TSDB $dir/prometheus, scraping ${NNODES:-1} node(s) every $(prometheus_scrape_interval "${NNODES:-1}") (by node count: 5s up to 64 nodes, 10s up to 256, 15s above)"
     _obs_record_backfill &
     _OBS[record_pid]=$!
   else
