@@ -98,6 +98,7 @@ _CONTAINER_ENV_ALLOWLIST=(
 # MAX_RETRIES and TIME_LIMIT_* are the batch script's (requeue, Slurm's time-limit warning);
 # JOBKIT_NOTIFY_URLS is the login node's (jobkit notify / monitor).
 # RAY_AUTH_TOKEN_PATH is set inside the training tier (observability.sh: the job's own Ray token).
+# PROCS_EXIT_FILE is set inside the training tier too (_train.sh, for jobkit procs: the failed process whose core to find).
 
 _die() { echo "$_PROG: $1" >&2; exit "${2:-1}"; }
 _usage_error() { _die "$1; see '$_PROG --help'" 2; }
