@@ -22,10 +22,19 @@ esac
 # shellcheck source=utils/lib/process.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib/process.sh"
 
+# The handlers go in before COMMAND starts: a signal that came between its start and the trap would otherwise
+# find no handler (lost, or the end of this PID 1). One that comes before COMMAND exists is kept and sent to it
+# as soon as it does.
+_child=""
+_pending=()
+_init_forward() {
+  if [[ -n $_child ]]; then kill "-$1" "$_child" 2>/dev/null; else _pending+=("$1"); fi
+}
+for _sig in TERM INT HUP USR1 USR2; do
+  # shellcheck disable=SC2064  # the signal name is fixed now, on purpose
+  trap "_init_forward $_sig" "$_sig"
+done
 "$@" &
 _child=$!
-for _sig in TERM INT HUP USR1 USR2; do
-  # shellcheck disable=SC2064  # the signal name and PID are fixed now, on purpose
-  trap "kill -$_sig $_child 2>/dev/null" "$_sig"
-done
+for _sig in "${_pending[@]}"; do kill "-$_sig" "$_child" 2>/dev/null; done
 proc_wait "$_child"
