@@ -14,7 +14,8 @@ Writes into WORKSPACE:
                                 process gauges), labelled host, instance and job ("exporters" or "ray");
                                 and the tb_* scalars of every step on node1 (what the TensorBoard bridge
                                 scrapes or backfills)
-The run ends 10 minutes before now (absl timestamps carry no year: the log's mtime, set to the end, gives it).
+The run ends 10 minutes before now, or at --end (absl timestamps carry no year: the log's mtime, set to the end,
+gives it). promtool cuts blocks at 2-hour boundaries of the epoch, so a run across one is two blocks.
 A few things for the analysis to find: step 60% of the way in is 4x slower while one host's CPU stands apart,
 and one host's RDMA symbol error counter rises. Everything else is smooth noise (seeded: the same arguments
 give the same values). Prints the job's id, the log, and the numbers of series and samples written.
@@ -398,11 +399,12 @@ def main(argv=None) -> int:
     ap.add_argument("--id", default="424242", help="job id (default 424242)")
     ap.add_argument("--seed", type=int, default=13)
     ap.add_argument("--promtool", default=os.environ.get("PROMTOOL", "promtool"))
+    ap.add_argument("--end", type=int, help="when the run ended, seconds since the epoch (default: 10 minutes ago)")
     args = ap.parse_args(argv)
     if args.nodes < 1 or args.steps < 1 or args.hours <= 0 or args.interval <= 0:
         ap.error("--nodes and --steps must be 1 or more, --hours and --interval above 0")
 
-    end = float(int(time.time()) - 600)
+    end = float(args.end if args.end is not None else int(time.time()) - 600)
     start = end - args.hours * 3600
     name = f"bench-synthetic-{args.nodes}node-steps_{args.steps}"
     job_dir = args.workspace / f"{args.id}-{name}"

@@ -13,6 +13,7 @@ import re
 import shutil
 import socket
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -490,10 +491,13 @@ def test_compare_keeps_a_value_that_merely_contains_the_job_id_digits(tmp_path):
 
 def _synthetic_job(ws, job_id, seed="1"):
     """bench/make_synthetic_job.py's finished 2-node RAY=1 job (node1, node2): its job dir, whose TSDB holds one
-    block made by promtool and an empty wal/."""
+    block made by promtool and an empty wal/. Its 3 minutes end in the middle of the last whole 2-hour block of the
+    epoch: promtool cuts blocks at those boundaries, so a run ending "10 minutes ago" made two blocks at 10-13
+    minutes past an even hour."""
+    end = int(time.time()) // 7200 * 7200 - 3600
     made = subprocess.run(
         [os.sys.executable, str(REPO / "bench" / "make_synthetic_job.py"), str(ws), "--nodes", "2", "--steps", "40",
-         "--hours", "0.05", "--id", job_id, "--seed", seed],
+         "--hours", "0.05", "--id", job_id, "--seed", seed, "--end", str(end)],
         capture_output=True, text=True, timeout=120, check=False,
     )  # fmt: skip
     assert made.returncode == 0, made.stderr
