@@ -36,7 +36,10 @@ import shutil
 import subprocess
 import sys
 
-_NUMBER = re.compile(r"-?[0-9]+(\.[0-9]+)?([eE][-+]?[0-9]+)?").fullmatch
+# The shared helpers live in this checkout's py/ (a plugin runs by file path, in a worker or as a script).
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, os.pardir, "py"))
+from jobkit.observe.plugin_text import Families, first_word, listing, read_text  # noqa: E402
+
 _INT = re.compile(r"-?[0-9]+").fullmatch
 _UINT = re.compile(r"[0-9]+").fullmatch
 _BLOCK = re.compile(r"[a-z0-9_]+").fullmatch
@@ -52,62 +55,6 @@ H_CLOCK = "GPU clock, MHz (sclk = shader/core, mclk = memory)"
 H_USED = "GPU memory (VRAM) in use, bytes"
 H_TOTAL = "GPU memory (VRAM) size, bytes"
 H_BUSY = "GPU busy, percent"
-
-
-class Families:
-    """Samples grouped per family, families in first-seen order, each with HELP and TYPE; host on every sample."""
-
-    def __init__(self, host):
-        self.host, self.meta, self.body = host, {}, {}
-
-    def add(self, name, kind, help_text, labels, value):
-        if not _NUMBER(value):
-            return  # absent or not a number: left out
-        body = self.body.get(name)
-        if body is None:
-            self.meta[name] = f"# HELP {name} {help_text}\n# TYPE {name} {kind}\n"
-            body = self.body[name] = []
-        body.append(f'{name}{{host="{self.host}"{labels}}} {value}\n')
-
-    def text(self):
-        return "".join(self.meta[n] + "".join(b) for n, b in self.body.items())
-
-
-def read_text(path):
-    """The whole file, or None when it cannot be read."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return None
-    try:
-        chunks = []
-        while True:
-            data = os.read(fd, 65536)
-            if not data:
-                break
-            chunks.append(data)
-    except OSError:
-        return None if not chunks else b"".join(chunks).decode("utf-8", "replace")
-    finally:
-        os.close(fd)
-    return b"".join(chunks).decode("utf-8", "replace")
-
-
-def first_word(path):
-    """The first word of the file's first line, '' when unreadable or empty (the shell plugins' readval)."""
-    text = read_text(path)
-    if not text:
-        return ""
-    words = text.split("\n", 1)[0].split()
-    return words[0] if words else ""
-
-
-def listing(path, prefix=""):
-    """Sorted entries of a directory starting with prefix, hidden ones left out (a shell glob); [] if none."""
-    try:
-        return sorted(n for n in os.listdir(path) if n[0] != "." and n.startswith(prefix))
-    except OSError:
-        return []
 
 
 def read_lines(path):

@@ -4,6 +4,8 @@ backfill run wherever the job's files are (a login node after the job).
   exporter      the node metrics exporter engine (`jobkit exporter`, run by utils/metrics_exporter.sh)
   plugin_worker the long-lived process that runs one Python exporter plugin, a request per cycle (run by file
                 path: stdlib only)
+  plugin_text   the exposition text and /proc, /sys reads the Python exporter plugins share (stdlib only; the
+                plugins import it by path)
   tb_events     reading TensorBoard event files: records, scalars, metric names
   tb_columns    the backfill's fast reader: a whole event file's scalars as numpy columns
   tb_serve      the live bridge daemon: newest scalars as an exposition file (`jobkit tb-bridge serve`)
