@@ -9,7 +9,7 @@ file `FAILURE_SIGNATURES_FILE` names). A bad catalogue is one line naming the fi
 Order matters: a failing run usually shows several symptoms (an OOM inside a Python traceback, a coordination
 timeout that ends in SIGABRT, a GPU fault that ends in a collective error), and the first matching entry names
 the root cause. What Slurm says about the end (time limit, node failure, preemption) comes first, since those
-jobs also end as CANCELLED. Within that entry the host blamed is the one that failed first (absl timestamps,
+jobs also end as CANCELLED. Within that entry the host blamed is the one that failed first (absl or NCCL timestamps,
 else log order); the other failing hosts are followers. Only meant for runs already known to have failed;
 the catalogue's `benign:` lines (seen in successful runs) are ignored. README's class table is generated from
 the catalogue (`markdown_table`; tests/py/test_failures.py checks it).
@@ -32,7 +32,7 @@ CATALOGUE = CONFIGS_DIR / "failure_signatures.yaml"
 LOCAL_CATALOGUE = CONFIGS_DIR / "failure_signatures.local.yaml"
 LOCAL_SETTING = "FAILURE_SIGNATURES_FILE"
 RETRY_POLICIES = ("retry", "retry-without-node", "never")
-BLAME_METHODS = ("none", "line", "jax-task", "failed-task", "hang-stacks")
+BLAME_METHODS = ("none", "line", "jax-task", "failed-task", "hang-stacks", "timed-out-task")
 CANCEL_EXIT_CODES = (130, 143)  # SIGINT, SIGTERM: Ctrl-C / scancel, or srun stopping the peers of a failed task
 # Classes that no catalogue entry names: how classify ends when nothing matched.
 BUILTIN_POLICIES = {"cancelled": "never", "no-steps": "never", "unknown": "never", "killed-by-signal": "retry"}
@@ -355,6 +355,12 @@ _BARE_NUMBER = re.compile(r"^\s*(?:\d+: )?(?:\[rank\d+\]: )?(\d+)\s*$")
 _FIRST_AT_BARRIER = re.compile(r"first task at the barrier: \S+", re.I)
 # absl's prefix: I1124 07:31:04.338372, or (before absl is set up) E0000 00:00:1732528800.123456
 _ABSL_TIME = re.compile(r"^(?:\s*\d+: )?(?:\[rank\d+\]: )?[IWEF](\d\d)(\d\d) (\d\d):(\d\d):(\d+(?:\.\d+)?)\s")
+# NCCL's own prefix since 2.23 (NCCL_DEBUG_TIMESTAMP_FORMAT, default "[%F %T] "): [2026-11-20 03:04:00]; the
+# year is dropped so that it orders with absl's (which has none) within a job.
+_NCCL_TIME = re.compile(r"^(?:\s*\d+: )?(?:\[rank\d+\]: )?\[\d{4}-(\d\d)-(\d\d) (\d\d):(\d\d):(\d\d(?:\.\d+)?)\] ")
+# The key JAX waits on while the processes swap their local topologies names the process that did not publish
+# it: cuda:local_topology/cuda/2 is process 2's (xla's GPU client, through GetKeyValue).
+_TOPOLOGY_KEY = re.compile(r"GetKeyValue\(\) timed out with key: \S*local_topology/\w+/(\d+)\b")
 FOLLOWER_REASONS = ("Terminated", "Exited with exit code 143", "Exited with exit code 130")
 
 
@@ -416,7 +422,9 @@ def _accused_number(text: str, pos: int) -> tuple[int | None, str, int]:
         line = _FIRST_AT_BARRIER.sub("", raw)
         if i and (_line_prefix(raw) != prefix or _ABSL_TIME.match(raw)):
             break  # the message ended: another rank's line, or a new log record
-        m, form = _JAX_TASK.search(line), "/task:{n}"
+        m, form = (None if i else _TOPOLOGY_KEY.search(line)), "the topology key of task {n} it waited for"
+        if m is None:
+            m, form = _JAX_TASK.search(line), "/task:{n}"
         if m is None and not i:
             m, form = _TASK_WORD.search(line), "task {n}"
         if m is None and i:
@@ -493,7 +501,8 @@ def failed_tasks(text: str) -> list[tuple[int, str, str, bool]]:
 
 
 def _absl_key(line: str) -> float | None:
-    m = _ABSL_TIME.match(line)
+    """LINE's time in seconds (absl's prefix, or NCCL's), comparable between the lines of one job."""
+    m = _ABSL_TIME.match(line) or _NCCL_TIME.match(line)
     if not m:
         return None
     month, day, hour, minute, sec = m.groups()
@@ -517,6 +526,18 @@ def _first_failed(tasks, procs: int, nodes: list[str] | None, matched=()) -> tup
     return host, f"the first task that failed by itself: {line}", None
 
 
+def _timed_out(tasks, nodes: list[str] | None, pos: int):
+    """_blame for a stage that ran out of time: the first task the launcher still had to stop (its NODE_EXIT or
+    srun line, exit 143/124/137 included) when the other nodes had finished the stage; nobody when every node
+    was still running (the stage is slow everywhere) or no task was reported."""
+    hosts = list(dict.fromkeys(t[1] for t in tasks))
+    if not hosts or (nodes and set(nodes) <= set(hosts)):
+        return "", "", pos, (), None
+    line = next(t[2] for t in tasks if t[1] == hosts[0])
+    how = f"the stage's time limit stopped it after the other nodes had finished the stage: {line}"
+    return hosts[0], how, pos, tuple(hosts[1:]), None
+
+
 def _blame(sig: Signature, text: str, positions: list[int], nodes: list[str] | None, procs: int = 1):
     """(host, how, evidence position, followers, global rank or None) for SIG matched at POSITIONS."""
     tasks = failed_tasks(text)
@@ -528,6 +549,8 @@ def _blame(sig: Signature, text: str, positions: list[int], nodes: list[str] | N
             followers = tuple(dict.fromkeys(t[1] for t in tasks if t[1] != host))
             return host, how, positions[0], followers, rank
         return "", "", positions[0], (), None
+    if sig.blame == "timed-out-task":
+        return _timed_out(tasks, nodes, positions[0])
     candidates = []
     for pos in positions:
         if sig.blame == "jax-task":  # the task that reported it is not at fault: no accused task, no host

@@ -147,7 +147,7 @@ def classify_job(path: Path, parsed: logparse.JobLog, tail: str) -> tuple[str, d
     `incomplete`. OSError when the job dir's files cannot be read; a CatalogueError for a bad catalogue."""
     found = failures.classify(
         _thin_steps(tail),
-        None,
+        parsed.footer_status,  # as `jobkit why`: a CANCELLED job is read for Slurm's own reasons only
         parsed.footer_exit,
         has_steps=parsed.has_steps,
         nodes=logparse.header_nodes(parsed.header)[0],

@@ -91,8 +91,10 @@ def why_command(logfile, status, exit_code, as_json, show_all):
         _echo_all(matched)
         return
     job_dir = coredump.job_dir_of(logfile)  # a hang's stacks are in <job dir>/hang/
+    # The resolved status (--status, else the JOB SUMMARY's), as requeue and the report pass it: a CANCELLED job
+    # is read for Slurm's own reasons only, whatever its tasks printed while they were being stopped.
     found = failures.classify(
-        text, status, exit_code, has_steps=log.has_steps, nodes=nodes, job_dir=job_dir,
+        text, resolved, exit_code, has_steps=log.has_steps, nodes=nodes, job_dir=job_dir,
         procs=log.local_world_size,
     )  # fmt: skip
     if not told and found.reason in ("unknown", "no-steps"):
