@@ -132,7 +132,7 @@ def test_the_committed_unseen_set_is_what_make_unseen2_writes(tmp_path, monkeypa
 def test_the_fixes_the_unseen_set_asked_for_say_how_they_blamed():
     # NCCL's own timestamp orders its WARN line before rank 0's later XLA error that quotes it.
     got = why_json(UNSEEN / "nccl-ib-retry-exceeded-gpu03.log")
-    assert got["host"] == "gpu03" and "absl timestamps" in got["blamed_because"], got
+    assert got["host"] == "gpu03" and "(absl and NCCL timestamps)" in got["blamed_because"], got
     # The topology key JAX waited for names the process that never published it.
     got = why_json(UNSEEN / "jax-getkeyvalue-timeout-topology.log")
     assert (got["host"], got["blamed_because"]) == (

@@ -569,7 +569,12 @@ def _blame(sig: Signature, text: str, positions: list[int], nodes: list[str] | N
     hosted = {c[0] for c in candidates if c[1] != first[1]}
     evidence = next(p for p in positions if p not in hosted and p <= first[0])
     if len(hosts) > 1:
-        how += f"; the first of {len(hosts)} hosts to report it ({'absl timestamps' if timed else 'log order'})"
+        stamps = (
+            "absl timestamps"
+            if all(_ABSL_TIME.match(_line_at(text, c[0], 10_000)) for c in candidates)
+            else ("absl and NCCL timestamps")
+        )
+        how += f"; the first of {len(hosts)} hosts to report it ({stamps if timed else 'log order'})"
     followers = [c[1] for c in candidates] + [t[1] for t in tasks]
     return first[1], how, evidence, tuple(dict.fromkeys(h for h in followers if h != first[1])), first[4]
 
