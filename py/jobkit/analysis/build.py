@@ -16,10 +16,10 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from jobkit.analysis import anomalies, hosts, tsdb_dump
+from jobkit.analysis import anomalies, hosts
 from jobkit.analysis.job import JobFacts, mfu_note, provenance
 from jobkit.core import metrics_state, tgs
-from jobkit.observe import tsdb_blocks
+from jobkit.observe import tsdb_blocks, tsdb_dump
 from jobkit.ops.hang_watchdog import MARKER_NAME
 
 SCHEMA = 1
