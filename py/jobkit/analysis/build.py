@@ -255,6 +255,7 @@ def build(facts: JobFacts) -> Analysis:
             "blamed_because": failure.blame_how or None,
             "noticed": failure.noticed or None,
             "waiting": list(failure.waiting),
+            "metrics": failure.metrics or None,  # the verdict's own reading of the stall (core.hang_metrics)
             "retry": failure.retry_decision,
         }
         if failure
