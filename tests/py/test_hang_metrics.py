@@ -18,7 +18,7 @@ from jobkit.cli import main
 from jobkit.core import failures, logparse
 from jobkit.core.hang_metrics import HostWindow, Window, judge
 from jobkit.observe import hang_tsdb
-from jobkit.ops import hang_watchdog, requeue
+from jobkit.ops import hang_watchdog, monitor, requeue
 
 REPO = Path(__file__).resolve().parents[2]
 WCHAN = REPO / "tests" / "fixtures" / "hang" / "slurm-2node-frozen-wchan"  # node1 waits, node2 is stopped (T)
@@ -195,6 +195,12 @@ def test_why_reads_gpus_busy_at_standby_power_and_no_traffic_as_a_collective_dea
     assert "  retry: retry" in lines
     data = json.loads(CliRunner().invoke(main, ["why", "--json", str(log)]).output)
     assert (data["host"], data["retry"], data["metrics"]) == ("", "retry", metrics.split(": ", 1)[1])
+    text = log.read_text()
+    found = requeue.outcome(logparse.parse_text(text), text, log.with_suffix(""))  # the requeue excludes nobody
+    assert (found.host, found.retry_decision) == ("", "retry")
+    event = monitor.failure_text("job 500: ", found)  # the monitor's `failure` event says the deadlock
+    assert "; metrics: every host's GPUs busy at standby power with no network traffic: a collective deadlock" in event
+    assert "; noticed: on node1 (rank 0)" in event and len(event) <= monitor.FAILURE_LINE_MAX
 
 
 @needs_promtool
@@ -208,6 +214,21 @@ def test_a_host_whose_gpus_went_idle_is_blamed_and_the_requeue_leaves_it_out(tmp
     text = log.read_text()
     found = requeue.outcome(logparse.parse_text(text), text, log.with_suffix(""))  # what the monitor reports too
     assert (found.host, found.retry) == ("node2", "retry-without-node")
+
+
+@needs_promtool
+def test_idle_gpus_on_a_rank_the_stacks_already_blamed_as_gone_do_not_exclude_its_node(tmp_path):
+    """Training that ended on node2 (no process: `none`) leaves its GPUs idle: the stacks' reading (not
+    node-local, retry with the node) stands, and the metrics are said beside it."""
+    log = hang_job(tmp_path, {"node1": SPIN, "node2": {**SPIN, "busy": (97, 0), "power": (900, 60)}})
+    hang = log.with_suffix("") / "hang"
+    (hang / "node2.txt").write_text("HANG on node2 (rank 1): " + MARKER + "\nno training process found\n")
+    lines = why(log)
+    assert "  host: node2" in lines and "  retry: retry" in lines
+    assert next(line for line in lines if line.startswith("  blamed because: ")).startswith(
+        "  blamed because: stacks: "
+    )
+    assert any(line.startswith("  metrics: ") and line.endswith("node2 unlike the others") for line in lines)
 
 
 @needs_promtool

@@ -683,9 +683,10 @@ def gpu_fault_lines(text: str, pos: int, nodes: list[str] | None, procs: int = 1
 
 def _with_metrics(found: Failure, text: str, pos: int, nodes, procs, job_dir, hang_window) -> Failure:
     """FOUND (a hang blamed from its stacks) with what each host's metrics during the stall and the log's GPU
-    fault lines say (core.hang_metrics). A node-local cause the stacks found stands; otherwise a GPU fault or
-    a host whose GPUs went idle is blamed and left out of the retry, and a collective deadlock is said (nobody
-    blamed). HANG_WINDOW(job_dir) is the TSDB's reader (observe.hang_tsdb), passed in by the layers above."""
+    fault lines say (core.hang_metrics). A node-local cause the stacks found stands; otherwise a GPU fault is
+    blamed and left out of the retry, and where the stacks blamed nobody, so is a host whose GPUs went idle,
+    or a collective deadlock is said (nobody blamed). HANG_WINDOW(job_dir) is the TSDB's reader
+    (observe.hang_tsdb), passed in by the layers above."""
     from jobkit.core import hang_metrics
 
     window = None
@@ -700,7 +701,9 @@ def _with_metrics(found: Failure, text: str, pos: int, nodes, procs, job_dir, ha
     found = replace(found, metrics=said.line)
     if found.host and found.retry == "retry-without-node":  # the stacks' node-local cause: it stands
         return found
-    if said.verdict in ("gpu-fault", "odd-host"):
+    # A host whose GPUs went idle is what a rank the stacks already blamed (its training gone, or not waiting)
+    # looks like: their reading stands. A GPU fault is the node's own whatever the stacks say.
+    if said.verdict == "gpu-fault" or (said.verdict == "odd-host" and not found.host):
         stacks = f"; {found.blame_how}" if found.blame_how.startswith("stacks:") else ""
         return replace(
             found, host=said.host, blame_how=said.because + stacks, retry="retry-without-node", waiting=found.waiting,
