@@ -214,6 +214,10 @@ def test_a_host_whose_gpus_went_idle_is_blamed_and_the_requeue_leaves_it_out(tmp
     text = log.read_text()
     found = requeue.outcome(logparse.parse_text(text), text, log.with_suffix(""))  # what the monitor reports too
     assert (found.host, found.retry) == ("node2", "retry-without-node")
+    listed = CliRunner().invoke(main, ["jobs", "--json", "--workspace", str(tmp_path)])
+    assert listed.exit_code == 0, listed.output
+    rows = [json.loads(line) for line in listed.output.splitlines()]
+    assert [(r["why"], r["failure"]["retry"]) for r in rows] == [("hang@node2", "retry-without-node")]  # WHY agrees
 
 
 @needs_promtool
