@@ -12,7 +12,8 @@ import time
 from pathlib import Path
 
 t0 = time.perf_counter()
-from jobkit.analysis import anomalies, build, hosts, job, report, tsdb_dump  # noqa: E402 (imported late on purpose: its time is measured)
+from jobkit.analysis import anomalies, build, hosts, job, report  # noqa: E402 (imported late on purpose: its time is measured)
+from jobkit.observe import tsdb_dump  # noqa: E402
 
 phases = [("import jobkit.analysis (matplotlib)", time.perf_counter() - t0)]
 

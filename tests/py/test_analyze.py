@@ -447,7 +447,8 @@ def test_a_nodelist_that_cannot_be_expanded_costs_only_the_host(tmp_path):
 def test_nan_samples_of_a_dump_are_no_values_so_host_means_stay_finite():
     """A node that leaves (a 2-node job's end) gets Prometheus staleness markers, which `promtool tsdb dump`
     prints as NaN: they are not samples, and averaging them made a host's mean NaN (analysis.json unwritable)."""
-    from jobkit.analysis import hosts, tsdb_dump
+    from jobkit.analysis import hosts
+    from jobkit.observe import tsdb_dump
 
     dump = "\n".join(
         [

@@ -273,7 +273,8 @@ def test_why_keeps_where_the_hang_was_noticed_apart_from_what_is_blamed(tmp_path
     assert not any(line.startswith("  metrics:") for line in lines)  # no TSDB: nothing to point at
     (log.with_suffix("") / "prometheus" / "wal").mkdir(parents=True)  # RAY=1's TSDB
     again = CliRunner().invoke(main, ["why", str(log)]).output.splitlines()
-    assert f"  metrics: each host's CPU, GPU busy and power and network during the stall: jobkit analyze {log}" in again
+    assert "  metrics: 31 s from the last progress to the HANG: the TSDB holds no host sample in it" in again
+    assert f"  more: every host's resources over the whole job: jobkit analyze {log}" in again
 
 
 def test_requeue_and_the_monitor_read_the_same_blame(tmp_path):

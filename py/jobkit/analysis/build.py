@@ -16,10 +16,10 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from jobkit.analysis import anomalies, hosts, tsdb_dump
+from jobkit.analysis import anomalies, hosts
 from jobkit.analysis.job import JobFacts, mfu_note, provenance
 from jobkit.core import metrics_state, tgs
-from jobkit.observe import tsdb_blocks
+from jobkit.observe import tsdb_blocks, tsdb_dump
 from jobkit.ops.hang_watchdog import MARKER_NAME
 
 SCHEMA = 1
@@ -255,6 +255,7 @@ def build(facts: JobFacts) -> Analysis:
             "blamed_because": failure.blame_how or None,
             "noticed": failure.noticed or None,
             "waiting": list(failure.waiting),
+            "metrics": failure.metrics or None,  # the verdict's own reading of the stall (core.hang_metrics)
             "retry": failure.retry_decision,
         }
         if failure

@@ -90,6 +90,8 @@ def summary_lines(doc: dict) -> list[str]:
             out.append(f"    noticed: {f['noticed']}")
         if f.get("blamed_because"):
             out.append(f"    {'blamed because' if f['host'] else 'blamed'}: {f['blamed_because']}")
+        if f.get("metrics"):
+            out.append(f"    metrics: {f['metrics']}")
     hang = doc.get("hang") or {}
     for host, row in (hang.get("hosts") or {}).items():
         out.append(f"  during the hang, {host}: {hosts.hang_host_text(row)}")

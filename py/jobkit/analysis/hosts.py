@@ -1,4 +1,4 @@
-"""Per-host resource series and summaries from a job's TSDB (jobkit.analysis.tsdb_dump's series).
+"""Per-host resource series and summaries from a job's TSDB (jobkit.observe.tsdb_dump's series).
 
 Each panel of the report is one RESOURCE: a name, a unit, and how its per-host line is made from the raw
 series: gauges are combined across a host's devices sample by sample (one scrape stamps them all alike),
@@ -13,7 +13,7 @@ import statistics
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from jobkit.analysis.tsdb_dump import Series, increase, rate
+from jobkit.observe.tsdb_dump import Series, increase, rate
 
 MB = 1e6
 

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from jobkit.core import failures, logparse, tgs
 from jobkit.core.config import default_yml
+from jobkit.observe import hang_tsdb
 from jobkit.observe.log_steps import series_after
 from jobkit.observe.tb_events import STEP_METRIC, ScalarReader, find_event_files
 from jobkit.ops import jobs
@@ -89,7 +90,7 @@ def load(log_path: Path, yml_path: str | None = None) -> JobFacts:
         tail = failures.read_tail(str(log_path))
         facts.failure = failures.classify(
             tail, status, log.footer_exit, has_steps=log.has_steps, nodes=facts.nodes or None, job_dir=job_dir,
-            procs=log.local_world_size,
+            procs=log.local_world_size, hang_window=hang_tsdb.read_window,
         )  # fmt: skip
     elif log.footer_status is None and not log.has_steps:
         facts.failure = None

@@ -6,6 +6,7 @@
   metrics_state  whether a RAY=1 job's metrics were on: its TSDB, or off and the log's reason (one decision)
   failures    why a failed run failed: the catalogue configs/failure_signatures.yaml -> class, host, retry, advice
   hang_stacks  a hang's root cause from the watchdog's hang/<host>[.proc<i>].txt: each rank's (process's) state and frames, the odd one blamed
+  hang_metrics  a hang judged from each host's metrics in the stall: a collective deadlock, or the host unlike the others
   hang_settings  the hang watchdog's HANG_* settings and JAX_HEARTBEAT_TIMEOUT, whose default outlasts them
   config      a run's MaxText settings: key=value args, the yml, which yml a job used
   nodelist    Slurm hostlists (`node[1-3,7]`) expanded in rank order

@@ -99,6 +99,7 @@ class Failure:
     waiting: tuple[str, ...] = field(default_factory=tuple)  # a hang: the ranks that wait, and where
     rank: int | None = None  # the global rank of the process blamed, where the log names one (several per node)
     process: str = ""  # that process in words: `node2, process 0 (global rank 2)`
+    metrics: str = ""  # a hang: each host's metrics during the stall and what they read as (core.hang_metrics)
 
     @property
     def label(self) -> str:
@@ -641,9 +642,12 @@ def _detail(sig: Signature, text: str, pos: int, exit_code: int | None) -> str:
     return ""
 
 
-def _failure(sig: Signature, text: str, positions: list[int], exit_code, nodes, job_dir=None, procs=1) -> Failure:
+def _failure(
+    sig: Signature, text: str, positions: list[int], exit_code, nodes, job_dir=None, procs=1, hang_window=None
+) -> Failure:
     if sig.blame == "hang-stacks":
-        return _hang_failure(sig, text, positions[0], exit_code, nodes, job_dir)
+        found = _hang_failure(sig, text, positions[0], exit_code, nodes, job_dir)
+        return _with_metrics(found, text, positions[0], nodes, procs, job_dir, hang_window)
     host, how, pos, followers, rank = _blame(sig, text, positions, nodes, procs)
     return Failure(
         sig.cls, _detail(sig, text, pos, exit_code), _line_at(text, pos), host, sig.id, sig.source, sig.retry,
@@ -683,6 +687,65 @@ def _hang_failure(sig: Signature, text: str, pos: int, exit_code, nodes, job_dir
     )  # fmt: skip
 
 
+def gpu_fault_lines(text: str, pos: int, nodes: list[str] | None, procs: int = 1) -> dict[str, list[str]]:
+    """{host: [line, ...]}: the catalogue's gpu-hardware lines in TEXT from the last step before POS (the hang's
+    line) on, each tied to the host its rank prefix names (the only node of a one-node job when it names none).
+    The hang's entry comes first in the catalogue, so these lines never classify a hang; here they blame."""
+    since = text.rfind("completed step:", 0, pos)
+    since = text.rfind("\n", 0, since) + 1 if since >= 0 else 0
+    found: dict[str, list[str]] = {}
+    for sig in load_catalogue().signatures:
+        if sig.cls != "gpu-hardware":
+            continue
+        for at in sig.matches(text):
+            if at < since:
+                continue
+            line = _line_at(text, at)
+            host = _host_and_how(_line_at(text, at, 10_000), nodes, procs)[0]
+            if not host and nodes and len(nodes) == 1:
+                host = nodes[0]
+            if host and line not in found.get(host, []):
+                found.setdefault(host, []).append(line)
+    return found
+
+
+def _with_metrics(found: Failure, text: str, pos: int, nodes, procs, job_dir, hang_window) -> Failure:
+    """FOUND (a hang blamed from its stacks) with what each host's metrics during the stall and the log's GPU
+    fault lines say (core.hang_metrics). A node-local cause the stacks found stands; otherwise a GPU fault is
+    blamed and left out of the retry, and where the stacks blamed nobody, so is a host whose GPUs went idle,
+    or a collective deadlock is said (nobody blamed). HANG_WINDOW(job_dir) is the TSDB's reader
+    (observe.hang_tsdb), passed in by the layers above."""
+    from jobkit.core import hang_metrics
+
+    window = None
+    if hang_window is not None and job_dir is not None:
+        try:
+            window = hang_window(Path(job_dir))
+        except OSError:  # the reader says its own problems in the window's note; this is the last guard
+            window = None
+    said = hang_metrics.judge(window, gpu_fault_lines(text, pos, nodes, procs))
+    if said is None:
+        return found
+    found = replace(found, metrics=said.line)
+    if found.host and found.retry == "retry-without-node":  # the stacks' node-local cause: it stands
+        return found
+    # A host whose GPUs went idle is what a rank the stacks already blamed (its training gone, or not waiting)
+    # looks like: their reading stands. A GPU fault is the node's own whatever the stacks say.
+    if said.verdict == "gpu-fault" or (said.verdict == "odd-host" and not found.host):
+        stacks = f"; {found.blame_how}" if found.blame_how.startswith("stacks:") else ""
+        return replace(
+            found, host=said.host, blame_how=said.because + stacks, retry="retry-without-node", waiting=found.waiting,
+            advice=f"the cause is on {said.host} itself (see blamed because); retry without it and look at that node",
+        )  # fmt: skip
+    if said.verdict == "collective-deadlock" and not found.host:
+        return replace(
+            found, blame_how=f"{said.because}; {found.blame_how}" if found.blame_how.startswith("stacks:") else said.because,
+            advice="a collective deadlock: every rank waits in a collective that none completes; a retry may pass, "
+            "and if it hangs again at the same step look at the program's collectives (NCCL_DEBUG=INFO)",
+        )  # fmt: skip
+    return found
+
+
 def matches(text: str, catalogue: Catalogue | None = None) -> list[tuple[int, Signature, str]]:
     """Every catalogue entry that matches TEXT, at each line it matches, in log order: (pos, entry, line)."""
     catalogue = catalogue or load_catalogue()
@@ -704,11 +767,13 @@ def classify(
     nodes: list[str] | None = None,
     job_dir: Path | str | None = None,
     procs: int = 1,
+    hang_window=None,
 ) -> Failure:
     """Reason a run failed, from its log text plus what the caller knows. NODES (rank order) lets the
     failure name the host a rank- or task-numbered line blames; JOB_DIR (`<log without .log>`) lets a hang
     be blamed from the stacks in its hang/ dir; PROCS (the log's LOCAL_WORLD_SIZE) maps a process's global rank
-    G (`[rank<G>]: `, JAX task G, PROC_EXIT rank=G) to its node, G // PROCS."""
+    G (`[rank<G>]: `, JAX task G, PROC_EXIT rank=G) to its node, G // PROCS. HANG_WINDOW(job_dir), when given
+    (observe.hang_tsdb.read_window: core does not read TSDBs), is a hang's per-host metrics during the stall."""
     catalogue = load_catalogue()
     clean = _blank_benign(text, catalogue.benign)
     cancelled = (status or "").upper() == "CANCELLED"
@@ -725,7 +790,7 @@ def classify(
                            retry=retry_policy("killed-by-signal"))  # fmt: skip
         positions = sig.matches(clean)
         if positions:
-            return _failure(sig, clean, positions, exit_code, nodes, job_dir, procs)
+            return _failure(sig, clean, positions, exit_code, nodes, job_dir, procs, hang_window)
     if cancelled or stopped:
         evidence = f"exit code {exit_code}" if exit_code in CANCEL_EXIT_CODES and not cancelled else f"status {status}"
         return Failure("cancelled", evidence=evidence, retry="never", advice="the job was cancelled; nothing failed")

@@ -14,6 +14,9 @@ backfill run wherever the job's files are (a login node after the job).
   log_steps     steps the job log has that the event files lack, as backfill series
   promserver    a throwaway Prometheus on a TSDB: 127.0.0.1, waited for, stopped by PID
   tsdb          `jobkit tsdb view`: a finished job's TSDB, browsed
+  tsdb_dump     a TSDB read without changing it (`promtool tsdb dump`): analyze's series, a hang's window
+  hang_tsdb     a hang's window in the TSDB: each host's GPU busy and power, network, CPU and GPU fault
+                counters from the last progress to the HANG (judged by core.hang_metrics)
   tsdb_wal      the WAL check that runs before Prometheus may repair a WAL
   tsdb_blocks   a TSDB's blocks and which are damaged (meta.json Prometheus would skip): the one check for
                 `prometheus.sh list`/`view` and `jobkit analyze` (`jobkit tsdb blocks`)

@@ -25,6 +25,7 @@ from jobkit.core import failures, logparse, metrics_state, tgs
 from jobkit.core.errors import JobkitError
 from jobkit.core.paths import workspace, workspace_problem
 from jobkit.core.verdict import resolve_status
+from jobkit.observe import hang_tsdb
 from jobkit.ops import coredump
 
 _WALL = re.compile(r"^\s*Wall:\s*(?P<wall>.+?)\s*$", re.M)
@@ -152,6 +153,7 @@ def classify_job(path: Path, parsed: logparse.JobLog, tail: str) -> tuple[str, d
         has_steps=parsed.has_steps,
         nodes=logparse.header_nodes(parsed.header)[0],
         job_dir=coredump.job_dir_of(path),
+        hang_window=hang_tsdb.read_window,  # a hang only, with a TSDB: one bounded promtool read, as why's
     )
     if parsed.footer_exit is None and not parsed.footer_status and found.reason in ("unknown", "no-steps"):
         return "-", None

@@ -568,6 +568,10 @@ def failure_text(who: str, found: failures.Failure) -> str:
             f"; evidence: {found.evidence}" if found.evidence else "",
             f"; noticed: {found.noticed}" if found.noticed else "",  # a hang: where, apart from whom it blames
             host,
+            # a hang nobody is blamed for, that its metrics read as a collective deadlock: say so, job-wide
+            f"; {found.blame_how.partition(' (')[0]}"
+            if not found.host and found.blame_how.startswith("metrics:")
+            else "",
             f"; retry: {found.retry_decision}",
         ]
     )

@@ -47,6 +47,7 @@ import click
 
 from jobkit.core import clitypes, failures, files, logparse
 from jobkit.core.errors import EXIT_BAD_INPUT, EXIT_NOT_RETRIED, JobkitError
+from jobkit.observe import hang_tsdb
 from jobkit.ops import hang_watchdog
 
 CLAIM_FILE = "requeue.json"
@@ -155,8 +156,8 @@ def outcome(log: logparse.JobLog, text: str, job_dir: Path) -> failures.Failure 
     nodes, _ = logparse.header_nodes(log.header)  # an unexpandable nodelist excludes no host
     found = failures.classify(
         text, log.footer_status, log.footer_exit, has_steps=log.has_steps, nodes=nodes, job_dir=job_dir,
-        procs=log.local_world_size,
-    )  # fmt: skip  # a hang is blamed from the stacks in JOB_DIR/hang/ (core.hang_stacks)
+        procs=log.local_world_size, hang_window=hang_tsdb.read_window,
+    )  # fmt: skip  # a hang is blamed from the stacks in JOB_DIR/hang/ (core.hang_stacks) and its TSDB
     if found.reason == "hang":
         return _unverified("HANG", job_dir, job_id, hang_watchdog.read_marker) or found
     return found

@@ -8,6 +8,7 @@ import click
 from jobkit.core import failures, logparse, metrics_state
 from jobkit.core.commands import load_log
 from jobkit.core.verdict import STATUSES, resolve_status
+from jobkit.observe import hang_tsdb
 from jobkit.ops import coredump
 
 INCOMPLETE = "the log has no JOB SUMMARY: the job is still running, or it died without writing one"
@@ -29,6 +30,8 @@ def _lines(found: failures.Failure) -> list[str]:
         out.append(f"  blamed: {found.blame_how}")
     for waiting in found.waiting:
         out.append(f"  waiting: {waiting}")
+    if found.metrics:  # a hang: each host's GPUs, network and CPU during the stall (RAY=1's TSDB, the log's GPU faults)
+        out.append(f"  metrics: {found.metrics}")
     if found.followers:
         out.append(f"  followers: {', '.join(found.followers)} (failed or were stopped after it)")
     if found.retry:
@@ -49,7 +52,7 @@ def _as_json(found: failures.Failure | None, outcome: str, matched: list | None)
                 "blamed_because": found.blame_how, "followers": list(found.followers),
                 "retry": found.retry_decision, "advice": found.advice, "signature": found.signature,
                 "source": found.source, "noticed": found.noticed, "waiting": list(found.waiting),
-                "rank": found.rank, "process": found.process or None,
+                "rank": found.rank, "process": found.process or None, "metrics": found.metrics or None,
             }
         )  # fmt: skip
     if matched is not None:
@@ -95,7 +98,7 @@ def why_command(logfile, status, exit_code, as_json, show_all):
     # is read for Slurm's own reasons only, whatever its tasks printed while they were being stopped.
     found = failures.classify(
         text, resolved, exit_code, has_steps=log.has_steps, nodes=nodes, job_dir=job_dir,
-        procs=log.local_world_size,
+        procs=log.local_world_size, hang_window=hang_tsdb.read_window,
     )  # fmt: skip
     if not told and found.reason in ("unknown", "no-steps"):
         if as_json:
@@ -109,10 +112,7 @@ def why_command(logfile, status, exit_code, as_json, show_all):
     for line in _lines(found):
         click.echo(line)
     if found.reason == "hang" and metrics_state.is_tsdb(str(job_dir / "prometheus")):
-        # Reading the TSDB is the analysis layer's (promtool); say where the per-host evidence is.
-        click.echo(
-            f"  metrics: each host's CPU, GPU busy and power and network during the stall: jobkit analyze {logfile}"
-        )
+        click.echo(f"  more: every host's resources over the whole job: jobkit analyze {logfile}")
     if not told:
         click.echo(f"  note: {INCOMPLETE}")
     signal_name = found.detail if found.reason == "killed-by-signal" else None

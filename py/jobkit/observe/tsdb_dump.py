@@ -48,8 +48,11 @@ def is_tsdb(path: str) -> bool:
     return metrics_state.is_tsdb(path)
 
 
-def read(tsdb: str, families: str, promtool: str | None = None) -> dict[str, list[Series]]:
-    """{metric name: [Series, ...]} of every sample of the FAMILIES regex in TSDB. Raises TsdbReadError.
+def read(
+    tsdb: str, families: str, promtool: str | None = None, min_time: float | None = None, max_time: float | None = None
+) -> dict[str, list[Series]]:
+    """{metric name: [Series, ...]} of every sample of the FAMILIES regex in TSDB, only those from MIN_TIME to
+    MAX_TIME (unix seconds) when given. Raises TsdbReadError.
 
     promtool's output is parsed as it streams: an 8-node hour is ~1M lines, and holding them as one string
     and then a list of lines costs gigabytes (bench/analyze_speed.sh)."""
@@ -61,7 +64,10 @@ def read(tsdb: str, families: str, promtool: str | None = None) -> dict[str, lis
             where = _view(tsdb, scratch)
         except OSError as e:  # a TSDB (or a part of it) this user may not list
             raise TsdbReadError(f"cannot read {e.filename or tsdb}: {(e.strerror or str(e)).lower()}") from None
-        argv = [tool, "tsdb", "dump", f'--match={{__name__=~"{families}"}}', where]
+        argv = [tool, "tsdb", "dump", f'--match={{__name__=~"{families}"}}']
+        argv += [f"--min-time={int(min_time * 1000)}"] if min_time is not None else []
+        argv += [f"--max-time={int(max_time * 1000)}"] if max_time is not None else []
+        argv.append(where)
         try:
             with open(os.path.join(scratch, "stderr"), "w+") as err:
                 proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=err, text=True, bufsize=1 << 20)
