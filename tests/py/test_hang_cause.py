@@ -398,22 +398,16 @@ def test_gpus_busy_at_standby_power_with_no_network_traffic_reads_as_a_collectiv
         "cpu": 30.0, "cpu_job_max": 40.0, "gpu_util": 100.0, "gpu_util_job_max": 100.0, "gpu_power": 690.0,
         "gpu_power_job_max": 2800.0, "net": 0.0, "net_job_max": 900.0,
     }  # fmt: skip
-    assert hosts.hang_reading(per_host).startswith("GPUs busy at standby power with no network traffic on every host")
     assert (
         hosts.hang_host_text(per_host["node1"])
         == "CPU 30%, GPU busy 100% at 700 W (job max 2800 W), network 0.00 MB/s (job max 900.00)"
     )
-    lines["gpu_power"]["node2"] = series(2800, 2700)  # at full power: computing, not spinning in a collective
-    assert "deadlock" not in hosts.hang_reading(hosts.around(lines, 940.0, 1000.0))
 
 
-def test_one_host_idle_on_the_cpu_while_the_others_spin_is_named():
-    lines = {"cpu": {"node1": series(60, 99), "node2": series(60, 0.0), "node3": series(60, 98)}}
-    assert hosts.hang_reading(hosts.around(lines, 940.0, 1000.0)) == (
-        "node2 idle on the CPU while the other hosts are busy: its training did nothing"
-    )
+def test_a_window_without_a_sample_gives_no_per_host_row():
+    lines = {"cpu": {"node1": series(60, 99), "node2": series(60, 0.0)}}
+    assert set(hosts.around(lines, 940.0, 1000.0)) == {"node1", "node2"}
     assert hosts.around(lines, 2000.0, 2100.0) == {}  # no sample in the window: nothing said
-    assert hosts.hang_reading({}) == ""
 
 
 # --------------------------------------------------------------------------------- real jobs on the cluster

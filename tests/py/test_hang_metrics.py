@@ -3,6 +3,7 @@ reader observe.hang_tsdb on synthetic TSDBs made by promtool (the exporter plugi
 `jobkit why` / requeue on a job whose hang/ holds recorded stacks (tests/fixtures/hang/) and whose TSDB says
 a collective deadlock, a host unlike the others, or a GPU fault."""
 
+import dataclasses
 import json
 import os
 import re
@@ -59,6 +60,21 @@ def test_one_host_whose_gpus_went_idle_while_the_others_spin_is_blamed_and_left_
     # Two idle hosts of three: not one host unlike the others.
     two = judge(Window(0, 120, (host("node1"), host("node2", busy=0.0), host("node3", busy=0.0))))
     assert two.verdict == "none"
+
+
+def test_on_a_cpu_job_one_host_whose_cpu_went_idle_while_the_others_spin_is_blamed():
+    cpu_only = [HostWindow("node1", cpu=99.0), HostWindow("node2", cpu=0.0), HostWindow("node3", cpu=98.0)]
+    said = judge(Window(940, 1000, tuple(cpu_only)))
+    assert (said.verdict, said.host, said.node_local) == ("odd-host", "node2", True)
+    assert said.because.startswith("metrics: node2's CPU was idle (0%) while every other host's was busy")
+    # Another host barely running too: not one host unlike the others.
+    slow = [*cpu_only[:2], HostWindow("node3", cpu=2.0)]
+    assert judge(Window(940, 1000, tuple(slow))).verdict == "none"
+    # Where GPUs are measured, they decide: the CPU alone does not blame.
+    gpus = [
+        dataclasses.replace(host(name), cpu=cpu) for name, cpu in (("node1", 99.0), ("node2", 0.0), ("node3", 98.0))
+    ]
+    assert judge(Window(940, 1000, tuple(gpus))).verdict != "odd-host"
 
 
 def test_a_gpu_fault_counter_or_a_log_line_on_one_host_blames_that_host():

@@ -208,7 +208,6 @@ def _hang(facts: JobFacts, lines: dict) -> dict | None:
         "time": _round(when, 3),
         "stacks": stacks,
         "hosts": per_host,
-        "reading": hosts.hang_reading(per_host) or None,
     }
 
 

@@ -95,8 +95,6 @@ def summary_lines(doc: dict) -> list[str]:
     hang = doc.get("hang") or {}
     for host, row in (hang.get("hosts") or {}).items():
         out.append(f"  during the hang, {host}: {hosts.hang_host_text(row)}")
-    if hang.get("reading"):
-        out.append(f"  reads as: {hang['reading']}")
     for a in doc["anomalies"][:8]:
         out.append(f"  anomaly {a['kind']}: {a['message']}")
     if len(doc["anomalies"]) > 8:

@@ -160,33 +160,6 @@ def around(lines: dict[str, dict[str, list[tuple[float, float]]]], t0: float, t1
     return dict(sorted(out.items()))
 
 
-def hang_reading(per_host: dict[str, dict]) -> str:
-    """What the hosts' metrics during the stall say, in one line ('' when they say nothing clear). GPUs busy at
-    standby power with no network traffic on every host: a collective deadlock (the kernels spin waiting for
-    a peer that never sends). One host idle on the CPU while the others are busy: that host's process does
-    nothing (stopped, or waiting on I/O)."""
-    if not per_host:
-        return ""
-    gpu = [r for r in per_host.values() if "gpu_util" in r and "gpu_power" in r]
-    quiet_net = all(r.get("net", 0.0) < max(0.05 * r.get("net_job_max", 0.0), 0.01) for r in per_host.values())
-    if gpu and len(gpu) == len(per_host) and quiet_net:
-        standby = all(r["gpu_power"] < 0.35 * r["gpu_power_job_max"] for r in gpu if r["gpu_power_job_max"] > 0)
-        if all(r["gpu_util"] >= 50 for r in gpu) and standby:
-            return (
-                "GPUs busy at standby power with no network traffic on every host: a collective deadlock "
-                "(the GPU kernels spin waiting for a peer that never sends)"
-            )
-    cpu = {h: r["cpu"] for h, r in per_host.items() if "cpu" in r}
-    if len(cpu) >= 2:
-        idle = [h for h, v in cpu.items() if v < 1.0]
-        busy = [h for h, v in cpu.items() if v >= 5.0]
-        if len(idle) == 1 and len(busy) == len(cpu) - 1:
-            return f"{idle[0]} idle on the CPU while the other hosts are busy: its training did nothing"
-    if quiet_net and any("net" in r for r in per_host.values()):
-        return "no network traffic during the stall on any host: nobody was exchanging data"
-    return ""
-
-
 def hang_host_text(row: dict) -> str:
     """`CPU 3%, GPU busy 98% at 80 W (job max 300 W), network 0.00 MB/s` from a hang's per-host row."""
     said = []

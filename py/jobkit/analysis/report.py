@@ -201,7 +201,8 @@ def _verdict(d: dict) -> list[str]:
     hang = d.get("hang") or {}
     if hang.get("hosts"):
         rows = "".join(f"<li>{_e(h)}: {_e(hostmod.hang_host_text(r))}</li>" for h, r in hang["hosts"].items())
-        reading = f"<p id='hang-reading'>Reads as: {_e(hang['reading'])}</p>" if hang.get("reading") else ""
+        said = (failure or {}).get("metrics")  # the verdict's reading of these numbers (core.hang_metrics)
+        reading = f"<p id='hang-reading'>Reads as: {_e(said)}</p>" if said else ""
         parts.append(f"<div id='hang-hosts'><p>During the hang's stall, per host:</p><ul>{rows}</ul>{reading}</div>")
     parts.append(
         "<div class='cards'>"

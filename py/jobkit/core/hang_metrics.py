@@ -9,6 +9,8 @@ module only judges those numbers (it reads nothing), so every caller of failures
    the cause is the node's own (retry without it).
 2. One host unlike the others: its GPUs idle while every other host's are busy. Training on it stopped using
    its GPUs (a stopped or lost process, a GPU gone), and the others spin waiting for it: blamed, node-local.
+   Where no host has GPU metrics (a CPU job), the same reading from the CPU: one host's CPU idle while every
+   other host's is busy (the others spin in their collective, the odd one does nothing).
 3. Every host's GPUs busy at standby power with (almost) no network traffic: a collective deadlock. The GPUs
    report 100 % busy because the collective kernel spins, but they do no arithmetic (power is what tells), and
    nothing is sent because no rank has anything left to send. Job-wide: no node is blamed or excluded.
@@ -24,6 +26,8 @@ from dataclasses import dataclass, field
 
 BUSY_PERCENT = 90.0  # a GPU this busy or more is "busy" (a spinning collective reads ~100 %)
 IDLE_PERCENT = 10.0  # a GPU this busy or less is "idle"
+CPU_IDLE_PERCENT = 1.0  # a host's CPU this busy or less did nothing (a stopped or blocked process)
+CPU_BUSY_PERCENT = 5.0  # ... while a host this busy or more still runs (spinning, polling)
 STANDBY_FRACTION = 0.5  # power at most this fraction of its training level is standby
 QUIET_BYTES_S = 1e6  # network below 1 MB/s (rx+tx) is quiet: scrapes and heartbeats, no collective
 QUIET_FRACTION = 0.05  # ... or below 5 % of the host's own training rate
@@ -152,6 +156,18 @@ def judge(window: Window | None, log_faults: dict[str, list[str]] | None = None)
         rest = [h for h in hosts if h is not odd]
         line = f"{span}{_hosts_said([odd, *rest])}: {odd.host} unlike the others{note}"
         return HangMetrics(line, "odd-host", odd.host, because, True)
+    cpus = [h for h in hosts if h.cpu is not None]
+    cpu_idle = [h for h in cpus if h.cpu <= CPU_IDLE_PERCENT]
+    if not measured and len(cpus) >= 2 and len(cpu_idle) == 1:
+        odd = cpu_idle[0]
+        if all(h.cpu >= CPU_BUSY_PERCENT for h in cpus if h is not odd):
+            because = (
+                f"metrics: {odd.host}'s CPU was idle ({odd.cpu:.0f}%) while every other host's was busy: training "
+                f"there did nothing (a stopped or blocked process) and the others wait for it"
+            )
+            rest = [h for h in hosts if h is not odd]
+            line = f"{span}{_hosts_said([odd, *rest])}: {odd.host} unlike the others{note}"
+            return HangMetrics(line, "odd-host", odd.host, because, True)
     if measured and len(measured) == len(hosts) and all(h.busy and h.standby and h.quiet for h in hosts) and not faulty:
         because = (
             "metrics: every host's GPUs busy at standby power with no network traffic: a collective deadlock "
