@@ -1,6 +1,7 @@
 """The live half of the TensorBoard bridge: a daemon that keeps an exposition file of the newest scalars.
 
-Run as ``jobkit tb-bridge serve`` by utils/plugins/tb_metrics_plugin.sh, one per job and host.
+Run as ``jobkit tb-bridge serve`` (a standalone exposition file for any textfile reader). Its Follower is also what the
+exporter's TensorBoard plugin (utils/plugins/tb_metrics_plugin.py) keeps in its worker and drives once per cycle.
 
 It finds the newest ``events.out.tfevents.*`` under LOGDIR (recursively; ``*.profile-empty`` files and files
 whose name-embedded creation time is before --since are ignored). While there is none it looks again every 2 s
