@@ -117,7 +117,7 @@ readme_table_vars() {
 # the names train_env.sh reads with train_setting, and os.environ reads in the training entry.
 training_tier_vars() {
   local f
-  for f in utils/lib/observability.sh utils/lib/ray_cluster.sh utils/plugins/tb_metrics_plugin.sh _train.sh train_env.sh; do
+  for f in utils/lib/observability.sh utils/lib/ray_cluster.sh _train.sh train_env.sh; do
     grep -vE '^\s*(#|export ([A-Z_][A-Z0-9_]*)=\$\{\2:-)' "$REPO_DIR/$f" | grep -oE '\$\{[A-Z][A-Z0-9_]*:-' |
       sed 's/^..//; s/:-$//'
   done

@@ -1,8 +1,11 @@
-"""The Python host and GPU plugins against the bash plugins' recorded output (tests/fixtures/metrics/golden/), and
-the engine's long-lived workers for ``*_metrics_plugin.py``: same page, failure isolation, timeouts."""
+"""The Python host, GPU and TensorBoard plugins against the bash plugins' recorded output
+(tests/fixtures/metrics/golden/), and the engine's long-lived workers for ``*_metrics_plugin.py``: same page, failure
+isolation, timeouts."""
 
+import importlib.util
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -155,3 +158,147 @@ def test_a_py_plugin_shadows_the_sh_plugin_of_the_same_name(tmp_path):
         "same_metrics_plugin.py",
     ]
     assert re.fullmatch(r"same", e.plugins[str(tmp_path / "same_metrics_plugin.py")].name)
+
+
+# ---- the TensorBoard plugin ----------------------------------------------------------------------------------
+TB_TINY = REPO / "tests" / "fixtures" / "tensorboard" / "tiny"
+MAKE_EVENTS = REPO / "bench" / "make_event_file.py"
+TB_EVENT = "run/tensorboard/run/events.out.tfevents.1700000000.n1"
+
+
+def _tb_job(tmp_path, monkeypatch):
+    """A job's own OUTPUT_PATH (JOB_WORKSPACE/JOB_DIR) on rank 0."""
+    out = tmp_path / "ws" / "job"
+    out.mkdir(parents=True)
+    for name, value in (("JOB_WORKSPACE", tmp_path / "ws"), ("JOB_DIR", "job"), ("OUTPUT_PATH", out)):
+        monkeypatch.setenv(name, str(value))
+    monkeypatch.setenv("NODE_RANK", "0")
+    return out
+
+
+def _events(path, steps):
+    """bench/make_event_file.py's file of STEPS steps x 6 scalars (one of fewer steps is a byte prefix of it)."""
+    subprocess.run([sys.executable, str(MAKE_EVENTS), str(path), str(steps), "6"], check=True, timeout=60)
+    return path.read_bytes()
+
+
+def _tb_module():
+    """A fresh copy of the plugin module, as a new worker loads it."""
+    spec = importlib.util.spec_from_file_location("tb_plugin_under_test", PLUGINS / "tb_metrics_plugin.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _body_and_state(text):
+    body, _, state = text.rpartition("# STATE ")
+    return body, state
+
+
+def test_tb_plugin_output_is_the_bash_plugins_byte_for_byte(tmp_path, monkeypatch):
+    """A trimmed real MaxText event file: the exposition is what the bash plugin printed (golden/tb.tiny.prom)."""
+    out = _tb_job(tmp_path, monkeypatch)
+    shutil.copytree(TB_TINY, out / "tiny")
+    done = _run("tb", {}, "n1")
+    assert done.returncode == 0, done.stderr
+    body, state = _body_and_state(done.stdout.decode())
+    assert body.encode() == (GOLDEN / "tb.tiny.prom").read_bytes()
+    assert state == "tb2 0\n"
+    assert b"reading " + str(out / "tiny").encode() in done.stderr
+
+
+def test_tb_plugin_exits_99_off_rank_0_or_without_output_path_and_2_on_usage_errors(tmp_path):
+    assert _run("tb", {"NODE_RANK": "1", "OUTPUT_PATH": str(tmp_path)}, "n1").returncode == 99
+    assert _run("tb", {"NODE_RANK": "0", "OUTPUT_PATH": ""}, "n1").returncode == 99
+    assert _run("tb", {}).returncode == 2
+    assert _run("tb", {}, "--help").stdout == b"Usage: tb_metrics_plugin.py <short hostname>\n"
+
+
+def test_tb_plugin_worker_reads_only_what_the_file_gained_each_cycle(tmp_path, monkeypatch):
+    """One module (one worker) across cycles: the file grows from 20 to 40 steps, the second cycle reads only the
+    new records (the reader's offset moved on, 120 more events), and each cycle prints the bash plugin's bytes.
+    A record still being written changes nothing until it is whole."""
+    out = _tb_job(tmp_path, monkeypatch)
+    whole = _events(tmp_path / "e40", 40)
+    first = _events(tmp_path / "e20", 20)
+    assert whole.startswith(first)
+    event = out / TB_EVENT
+    event.parent.mkdir(parents=True)
+    event.write_bytes(first)
+    tb = _tb_module()
+    body, state = _body_and_state(tb.collect("n1", None))
+    assert body.encode() == (GOLDEN / "tb.bench20.prom").read_bytes()
+    reader = tb._reader.reader
+    assert (reader._records.offset, reader.records) == (len(first), 1 + 20 * 6)
+    with open(event, "ab") as f:
+        f.write(whole[len(first) : len(first) + 10])  # part of the next record only
+    assert tb.collect("n1", state) == tb.collect("n1", state) == f"{body}# STATE {state}"
+    assert reader._records.offset == len(first)
+    with open(event, "ab") as f:
+        f.write(whole[len(first) + 10 :])
+    body, _ = _body_and_state(tb.collect("n1", state))
+    assert tb._reader.reader is reader and reader.records == 1 + 40 * 6
+    assert body.encode() == (GOLDEN / "tb.bench40.prom").read_bytes()
+
+
+def test_tb_plugin_reads_a_backlog_over_several_cycles_within_its_limit(tmp_path, monkeypatch):
+    """READ_LIMIT bytes a cycle at most: a long file is read over cycles, each cycle's tb_step further on, ending
+    on the same bytes as one whole read."""
+    out = _tb_job(tmp_path, monkeypatch)
+    whole = _events(tmp_path / "e40", 40)
+    (out / TB_EVENT).parent.mkdir(parents=True)
+    (out / TB_EVENT).write_bytes(whole)
+    tb = _tb_module()
+    monkeypatch.setattr(tb, "READ_LIMIT", len(whole) // 4)
+    steps, state = [], None
+    for _ in range(8):
+        body, state = _body_and_state(tb.collect("n1", state))
+        steps.append(int(float(re.search(r'^tb_step\{host="n1"\} (\S+) ', body, re.M).group(1))))
+    assert 3 <= steps.index(39) <= 5 and steps == sorted(steps)  # several cycles, never backwards
+    assert body.encode() == (GOLDEN / "tb.bench40.prom").read_bytes()
+
+
+def test_tb_plugin_outside_the_job_dir_ignores_older_files_and_keeps_since_in_its_state(tmp_path, monkeypatch):
+    """A shared OUTPUT_PATH: event files created before the first cycle minus 60 s are older runs', ignored; a
+    worker started anew (after a timeout) gets that since back from the STATE and does not move it."""
+    out = _tb_job(tmp_path, monkeypatch)
+    monkeypatch.setenv("OUTPUT_PATH", str(out / "shared"))
+    shutil.copytree(TB_TINY, out / "shared" / "tiny")  # named 1795412855: long before now
+    before = int(time.time()) - 60
+    text = _tb_module().collect("n1", None)
+    since = int(text.removeprefix("# STATE tb2 "))
+    assert before <= since <= int(time.time()) - 60 and text == f"# STATE tb2 {since}\n"
+    assert _tb_module().collect("n1", "tb2 1795412855").startswith("# HELP tb_step ")
+    assert _tb_module().collect("n1", "tb2 1795412856") == "# STATE tb2 1795412856\n"
+
+
+def test_the_engine_runs_the_tb_plugin_in_one_worker_and_retires_it_off_rank_0(tmp_path, monkeypatch):
+    """The repo's plugins dir: on rank 0 the tb plugin is found (.py, no .sh beside it), runs in one worker for
+    every cycle and its part of the page is the golden; on rank 1 it is retired after its first request."""
+    out = _tb_job(tmp_path, monkeypatch)
+    shutil.copytree(TB_TINY, out / "tiny")
+    monkeypatch.setenv("HOST_METRICS_ROOT", str(FIX / "node8"))
+    monkeypatch.setenv("GPU_METRICS_ROOT", str(FIX / "node8"))
+    assert sorted(p.name for p in PLUGINS.glob("tb_metrics_plugin.*")) == ["tb_metrics_plugin.py"]
+    golden = (GOLDEN / "tb.tiny.prom").read_bytes()
+    e = engine.Exporter("127.0.0.1", 0, 10.0, 5.0, str(PLUGINS))
+    e.host = "n1"
+    try:
+        e.run_cycle()
+        tb = next(p for p in e.plugins.values() if p.name == "tb")
+        worker = tb.worker.pid
+        for _ in range(2):
+            assert golden in e.page and (tb.up, tb.state) == (1, "tb2 0")
+            e.run_cycle()
+        assert tb.worker.pid == worker
+    finally:
+        e.cleanup()
+    assert not _alive(worker)
+    monkeypatch.setenv("NODE_RANK", "1")
+    e = engine.Exporter("127.0.0.1", 0, 10.0, 5.0, str(PLUGINS))
+    try:
+        e.run_cycle()
+        tb = next(p for p in e.plugins.values() if p.name == "tb")
+        assert tb.disabled and tb.worker is None and b"tb_step" not in e.page
+    finally:
+        e.cleanup()

@@ -3,7 +3,7 @@ files -> Prometheus, live (serve) and after the job (backfill).
 
 Event files are written with tensorboardX (MaxText's writer), or are a trimmed copy of a real MaxText run
 (tests/fixtures/tensorboard/tiny/tensorboard/tiny/: its scalars and two of its text summaries, records
-byte-identical). The last test runs the whole chain for real: exporter + plugin + daemon, the job's
+byte-identical). The last test runs the whole chain for real: exporter + TensorBoard plugin (its worker), the job's
 Prometheus, stop, backfill, `prometheus.sh view`. Every process a test starts is stopped by its PID.
 """
 
@@ -450,7 +450,7 @@ def test_live_scrape_then_backfill_holds_every_step_once(tmp_path, prometheus_in
     tbdir.mkdir(parents=True)
     plugins = tmp_path / "plugins"
     plugins.mkdir()
-    (plugins / "tb_metrics_plugin.sh").symlink_to(REPO / "utils" / "plugins" / "tb_metrics_plugin.sh")
+    (plugins / "tb_metrics_plugin.py").symlink_to(REPO / "utils" / "plugins" / "tb_metrics_plugin.py")
     env = dict(
         os.environ,
         OUTPUT_PATH=str(job),
@@ -460,7 +460,6 @@ def test_live_scrape_then_backfill_holds_every_step_once(tmp_path, prometheus_in
         JOB_ID="local_20261123_000000_beef",
         TMPDIR=str(tmp_path),
         VENV_DIR=str(Path(sys.executable).parents[1]),
-        TB_BRIDGE_INTERVAL="0.2",
     )
     targets = job / "prometheus" / "targets"
     exp = subprocess.Popen(
@@ -582,16 +581,8 @@ def test_live_scrape_then_backfill_holds_every_step_once(tmp_path, prometheus_in
             view.stop()
         if prom_pid and pid_alive(prom_pid):
             os.kill(prom_pid, signal.SIGKILL)
-        pidfiles = list(tmp_path.glob("tb_bridge.*.prom.pid"))
-        daemon = int(pidfiles[0].read_text()) if pidfiles else None
-        stop_pid(exp.pid)
+        stop_pid(exp.pid)  # the TensorBoard plugin's worker ends with it (end of its input)
         exp.wait()
-        if daemon:  # it exits by itself once the exporter engine is gone
-            try:
-                wait_for(lambda: not pid_alive(daemon), 5, "the tb_bridge daemon to follow the exporter")
-            finally:
-                if pid_alive(daemon):
-                    os.kill(daemon, signal.SIGKILL)
 
 
 def _record_offsets(data):

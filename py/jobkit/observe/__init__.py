@@ -8,7 +8,8 @@ backfill run wherever the job's files are (a login node after the job).
                 plugins import it by path)
   tb_events     reading TensorBoard event files: records, scalars, metric names
   tb_columns    the backfill's fast reader: a whole event file's scalars as numpy columns
-  tb_serve      the live bridge daemon: newest scalars as an exposition file (`jobkit tb-bridge serve`)
+  tb_serve      the live reader (Follower: newest scalars, new records only), run by the tb exporter plugin
+                and as a daemon writing an exposition file (`jobkit tb-bridge serve`)
   tb_backfill   every step into the TSDB after the job (`jobkit tb-bridge backfill`)
   tb_bridge     the `jobkit tb-bridge` group (click only)
   log_steps     steps the job log has that the event files lack, as backfill series

@@ -117,8 +117,11 @@ class RecordReader:
         self.check_data = check_data
         self._length_crcs = {}
 
-    def records(self):
+    def records(self, limit=None):
+        """The complete records from the offset on; with LIMIT, none more once LIMIT bytes were consumed (the
+        rest is left for the next call)."""
         length_crcs, check_data = self._length_crcs, self.check_data
+        stop = None if limit is None else self.offset + limit
         unpack_header, unpack_crc = _HEADER.unpack_from, _CRC.unpack_from
         crc32c = _crc32c or _tensorboard_crc32c
         with open(self.path, "rb") as f:
@@ -145,6 +148,8 @@ class RecordReader:
                     self.offset += end + 4 - pos
                     pos = end + 4
                     yield data
+                    if stop is not None and self.offset >= stop:
+                        return
                 buf = buf[pos:]
 
 
@@ -172,8 +177,9 @@ class ScalarReader:
         self.records = 0  # records (events) consumed so far
         self.damaged = False  # a CorruptRecord was raised: nothing more comes from this file
 
-    def poll(self):
-        """New scalars; [] without reading when the file did not grow (one stat) or is damaged.
+    def poll(self, limit=None):
+        """New scalars; [] without reading when the file did not grow (one stat) or is damaged. With LIMIT, at
+        most about LIMIT bytes of records are read (a long backlog takes several polls).
         Raises OSError, FileReplaced, CorruptRecord (once)."""
         if self.damaged:
             return []
@@ -182,20 +188,25 @@ class ScalarReader:
             return []
         if size < self.size:
             raise FileReplaced(self.path)
-        self.size = size
-        return [Scalar(*s) for s in self.read_tuples()]
+        start = self._records.offset
+        scalars = [Scalar(*s) for s in self.read_tuples(limit)]
+        cut = limit is not None and self._records.offset - start >= limit
+        # a poll cut short by LIMIT remembers where it stopped as the size: the next poll reads on
+        self.size = self._records.offset if cut else size
+        return scalars
 
     def read(self):
         """Every scalar of the events not consumed yet (a record still being written is left for later)."""
         return (Scalar(*s) for s in self.read_tuples())
 
-    def read_tuples(self):
-        """As read(), as plain (tag, step, wall_time, value) tuples (the backfill's fast path)."""
+    def read_tuples(self, limit=None):
+        """As read(), as plain (tag, step, wall_time, value) tuples (the backfill's fast path); LIMIT as in
+        RecordReader.records."""
         event_class()  # fail early, with one line, when TensorBoard is missing
         shapes = self._shapes
         unpack_wall_time, unpack_float = _WALL_TIME.unpack_from, _FLOAT.unpack_from
         try:
-            for data in self._records.records():
+            for data in self._records.records(limit):
                 self.records += 1
                 # Event: 0x09 wall_time (8 bytes), 0x10 step (varint; absent when 0), 0x2a summary ... 0x15 float
                 if data[0] == _WALL_TIME_KEY and len(data) > 14:

@@ -1,6 +1,7 @@
 """The live half of the TensorBoard bridge: a daemon that keeps an exposition file of the newest scalars.
 
-Run as ``jobkit tb-bridge serve`` by utils/plugins/tb_metrics_plugin.sh, one per job and host.
+Run as ``jobkit tb-bridge serve`` (a standalone exposition file for any textfile reader). Its Follower is also what the
+exporter's TensorBoard plugin (utils/plugins/tb_metrics_plugin.py) keeps in its worker and drives once per cycle.
 
 It finds the newest ``events.out.tfevents.*`` under LOGDIR (recursively; ``*.profile-empty`` files and files
 whose name-embedded creation time is before --since are ignored). While there is none it looks again every 2 s
@@ -137,7 +138,7 @@ class _ParentWatch:
 
 def serve(logdir, host, out, interval=1.0, parent_pid=0, since=0):
     """Runs the daemon until a signal or the parent's exit; returns 0."""
-    log = _stderr_log(f"[tb_bridge {host}] ")
+    log = stderr_log(f"[tb_bridge {host}] ")
     # 1. Setup: a session of its own, --out's dir there, the parent still alive, signals caught, the pid file.
     _own_session()
     out_dir = os.path.dirname(os.path.abspath(out))
@@ -156,12 +157,13 @@ def serve(logdir, host, out, interval=1.0, parent_pid=0, since=0):
         f"{f', until pid {parent_pid} exits' if parent_pid else ''}"
     )
     waits = [wake_r] + ([watch.fd] if watch.fd is not None and watch.fd >= 0 else [])
-    follower = _Follower(logdir, since, host, out, interval, log)
+    follower = Follower(logdir, since, interval, log)
     reason = "stopped"
     try:
         # 2. One cycle per --interval (sooner after a signal or the parent's exit): the newest scalars into OUT.
         while not stopping:
-            follower.cycle()
+            if follower.cycle():
+                write_atomic(out, follower.latest.render(host))
             readable = _wait(waits, wake_r, interval)
             if watch.gone(readable):
                 reason = f"parent pid {parent_pid} exited"
@@ -175,7 +177,7 @@ def serve(logdir, host, out, interval=1.0, parent_pid=0, since=0):
     return 0
 
 
-def _stderr_log(prefix):
+def stderr_log(prefix):
     def log(msg):
         sys.stderr.write(time.strftime("%Y-%m-%d %H:%M:%S ") + prefix + msg + "\n")
         sys.stderr.flush()
@@ -218,22 +220,24 @@ def _wait(waits, wake_r, interval):
     return readable
 
 
-class _Follower:
-    """What one cycle of serve() hands to the next: the event file being read, its newest scalars, and when to
-    look for an event file (again)."""
+class Follower:
+    """What one cycle hands to the next: the event file being read, its newest scalars, and when to look for an
+    event file (again). Driven by serve() every --interval and by the exporter's TensorBoard plugin
+    (utils/plugins/tb_metrics_plugin.py) every exporter cycle. LIMIT: bytes of records read per cycle at most
+    (None: all new ones), so that a long backlog is read over several cycles within a plugin's timeout."""
 
-    def __init__(self, logdir, since, host, out, interval, log):
-        self.logdir, self.since, self.host, self.out, self.interval, self.log = logdir, since, host, out, interval, log
+    def __init__(self, logdir, since, interval, log, limit=None):
+        self.logdir, self.since, self.interval, self.log, self.limit = logdir, since, interval, log, limit
         self.reader, self.latest = None, Latest(log)
         self.started = time.monotonic()
         self.next_quick = self.next_full = self.started
 
     def cycle(self):
+        """True when latest gained scalars this cycle (a newer file alone changes nothing until it has some)."""
         now = time.monotonic()
         if now >= self.next_quick:
             self._look_for_file(now)
-        if self.reader is not None:
-            self._read_new_scalars(now)
+        return self.reader is not None and self._read_new_scalars(now)
 
     def _look_for_file(self, now):
         """Until there is a file: the usual places every 2 s, the whole tree every 30 s (10 s / 120 s after 5
@@ -256,9 +260,9 @@ class _Follower:
             self.log(f"reading {files[-1]}")
 
     def _read_new_scalars(self, now):
-        """What the file gained since the last cycle; OUT replaced when that holds new scalars."""
+        """What the file gained since the last cycle; True when that holds new scalars."""
         try:
-            scalars = self.reader.poll()
+            scalars = self.reader.poll(self.limit)
         except CorruptRecord as e:
             self.log(f"{e}: no more steps from this file until a newer one appears")
             scalars = []
@@ -266,5 +270,4 @@ class _Follower:
             self.log(f"lost {self.reader.path} ({e.__class__.__name__}): looking for an event file again")
             self.reader, self.next_quick, self.next_full = None, now + self.interval, now + self.interval
             scalars = []
-        if scalars and self.latest.add(scalars):
-            write_atomic(self.out, self.latest.render(self.host))
+        return bool(scalars) and self.latest.add(scalars) > 0
