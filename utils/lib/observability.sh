@@ -163,6 +163,7 @@ _obs_start_head() {
   fi
   _obs_use_token
   _OBS[dash_port]=$(_obs_port_from "${RAY_DASHBOARD_PORT:-8265}") || _OBS[dash_port]=${RAY_DASHBOARD_PORT:-8265}
+  _OBS[ray_t0]=$EPOCHREALTIME
   _OBS[ray]=starting _OBS[ray_started]=1 # from here on there may be Ray processes to stop, even of a half-started head
   (
     rc=0
@@ -224,6 +225,7 @@ _obs_await_head() {
   proc_wait "${_OBS[ray_head_pid]}"
   if [[ $(cat "${_OBS[ray_rc_file]}" 2>/dev/null) == 0 ]]; then
     _OBS[ray]=up
+    _obs_log "Ray head's GCS and raylet up in $(awk -v a="${_OBS[ray_t0]}" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }') s (its dashboard follows)"
     _obs_publish_ray_metrics
   else
     _OBS[ray]=failed _OBS[dash_port]=""
