@@ -114,6 +114,7 @@ mkdir -p "$dir/session_1/sockets" && ln -sfn "$dir/session_1" "$dir/session_late
 s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
 s.bind((\"127.0.0.1\", int(sys.argv[1]))); s.listen(); time.sleep(600)" "$port" &
 : >"$dir/session_1/sockets/raylet"
+: >"$dir/session_1/metrics_agent_port_0123"
 while [[ ! -f $STUB_GO ]]; do sleep 0.05; done
 echo "Failed to start the dashboard , return code 1"
 exit "$(<"$STUB_GO")"'

@@ -5,7 +5,8 @@
 # ray_start_head TEMP_DIR NODE_IP GCS_PORT DASHBOARD_PORT METRICS_PORT
 #     Starts a Ray head: GCS on NODE_IP:GCS_PORT (the cluster-private address), dashboard on
 #     127.0.0.1:DASHBOARD_PORT, Prometheus metrics on METRICS_PORT, sessions and logs under TEMP_DIR. Returns 0
-#     as soon as the GCS listens and the raylet's socket exists (bounded by RAY_START_TIMEOUT): a driver can
+#     as soon as the GCS listens, the raylet's socket exists and the dashboard agent wrote the port file the
+#     raylet waits for before it registers (bounded by RAY_START_TIMEOUT): a driver can
 #     connect then. `ray start` goes on in the background until the dashboard is up too; if it fails after
 #     that (the dashboard did not start, or RAY_START_TIMEOUT ran out), one line on stderr says so and the GCS
 #     and raylet stay up (the dashboard is for people, training does not need it). Its status lands in
@@ -388,7 +389,8 @@ _ray_head_report_late() {
   _ray_err "[!] Ray head on $node_ip:$gcs_port: \`ray start\` failed after its GCS and raylet came up ($reason); training goes on, the Ray dashboard may be missing (full output: $dir/ray_start.log)"
 }
 
-# Waits until the head's GCS listens on GCS_PORT and its raylet socket exists: 0. 1 when its `ray start`
+# Waits until the head's GCS listens on GCS_PORT, its raylet socket exists and its dashboard agent wrote its
+# port file (or `ray start` ended with 0): 0. 1 when its `ray start`
 # ended with a non-zero status first, 2 when the deadline (epoch s) passes first.
 _ray_wait_head_up() {
   local deadline=$1 dir=$2 port=$3 status
@@ -397,7 +399,10 @@ _ray_wait_head_up() {
       status=$(<"$dir/ray_start.rc")
       [[ $status == 0 ]] || return 1
     fi
-    if compgen -G "$dir/session_latest/sockets/raylet*" >/dev/null && _ray_listening "$port"; then
+    # The dashboard agent's port file too: the raylet waits for it before it registers (and aborts when it
+    # does not come within 15 s, seen at a load of 10 on 2 cores); a `ray start` that ended with 0 is up anyway.
+    if compgen -G "$dir/session_latest/sockets/raylet*" >/dev/null && _ray_listening "$port" &&
+      { [[ ${status:-} == 0 ]] || compgen -G "$dir/session_latest/metrics_agent_port_*" >/dev/null; }; then
       return 0
     fi
     ((EPOCHSECONDS >= deadline)) && return 2
