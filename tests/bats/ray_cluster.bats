@@ -101,3 +101,98 @@ start_cmd_of() {
   grep -qx "RAY_AUTH_TOKEN_PATH=$token" "$BATS_TEST_TMPDIR/ray.env"
   ! grep -q "$(<"$token")" "$BATS_TEST_TMPDIR/ray.env" "$BATS_TEST_TMPDIR/ray.args"
 }
+
+# A stand-in for `ray start` (RAY_BIN): makes TEMP_DIR's raylet socket, listens on the GCS port (--port), then
+# waits for the file $STUB_GO and exits with the status written there, after a line like Ray's dashboard error.
+# STUB_GO holding "now:N" exits with N at once, before anything is up.
+fake_ray_start() {
+  make_stub ray '
+for a; do case $a in --temp-dir=*) dir=${a#*=} ;; --port=*) port=${a#*=} ;; esac; done
+if [[ $(cat "$STUB_GO" 2>/dev/null) == now:* ]]; then echo "RuntimeError: boom before the GCS"; exit "$(cut -d: -f2 "$STUB_GO")"; fi
+mkdir -p "$dir/session_1/sockets" && ln -sfn "$dir/session_1" "$dir/session_latest"
+[[ -n ${port:-} ]] && python3 -c "import socket, sys, time
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind((\"127.0.0.1\", int(sys.argv[1]))); s.listen(); time.sleep(600)" "$port" &
+: >"$dir/session_1/sockets/raylet"
+: >"$dir/session_1/metrics_agent_port_0123"
+while [[ ! -f $STUB_GO ]]; do sleep 0.05; done
+echo "Failed to start the dashboard , return code 1"
+exit "$(<"$STUB_GO")"'
+  export RAY_BIN=$BATS_TEST_TMPDIR/stubs/ray STUB_GO=$BATS_TEST_TMPDIR/go
+}
+
+# Waits (at most 60 s) until the command in "$@" succeeds.
+wait_until() {
+  local i
+  for ((i = 0; i < 1200; i++)); do "$@" && return 0; sleep 0.05; done
+  return 1
+}
+
+@test "ray_start_head returns once the GCS and raylet are up; a later failure of ray start is one line and the node stays up" {
+  fake_ray_start
+  source "$REPO_DIR/utils/lib/ray_cluster.sh"
+  local dir; dir=$(mktemp -d /tmp/mxr-b.XXXXXX)
+  local gcs dash met; gcs=$(pick_free_port) dash=$(pick_free_port "$gcs") met=$(pick_free_port "$gcs" "$dash")
+  ray_start_head "$dir" 127.0.0.1 "$gcs" "$dash" "$met" 2>"$BATS_TEST_TMPDIR/err" &
+  local head=$!
+  # It returns while `ray start` still runs (the stub waits for the go file, which nobody wrote yet).
+  wait "$head"
+  [ ! -e "$dir/ray_start.rc" ]
+  [ -n "$(ray_node_pids "$dir")" ]
+  [ ! -s "$BATS_TEST_TMPDIR/err" ]
+  echo 1 >"$STUB_GO"
+  wait_until test -s "$BATS_TEST_TMPDIR/err"
+  [ "$(<"$dir/ray_start.rc")" = 1 ]
+  run cat "$BATS_TEST_TMPDIR/err"
+  [ "${#lines[@]}" -eq 1 ]
+  [[ $output == *"ray start\` failed after its GCS and raylet came up (Failed to start the dashboard"* ]]
+  [[ $output == *"training goes on"* && $output == *"$dir/ray_start.log"* ]]
+  # The GCS (the stub's listener) is still there: a dashboard failure stops nothing.
+  _ray_listening "$gcs"
+  ray_stop_node "$dir" 0
+  [ -z "$(ray_node_pids "$dir")" ]
+  rm -rf "$dir"
+}
+
+@test "ray_start_head: a ray start that fails before the GCS is up fails in one line and leaves nothing; a stop by ray_stop_node is not reported" {
+  fake_ray_start
+  source "$REPO_DIR/utils/lib/ray_cluster.sh"
+  local dir; dir=$(mktemp -d /tmp/mxr-b.XXXXXX)
+  local gcs dash met; gcs=$(pick_free_port) dash=$(pick_free_port "$gcs") met=$(pick_free_port "$gcs" "$dash")
+  echo now:3 >"$STUB_GO"
+  run ray_start_head "$dir" 127.0.0.1 "$gcs" "$dash" "$met"
+  [ "$status" -eq 1 ] && [ "${#lines[@]}" -eq 1 ]
+  [[ $output == *"did not start: RuntimeError: boom before the GCS"* ]]
+  [ -z "$(ray_node_pids "$dir")" ]
+  # A node stopped while its `ray start` still runs: no "failed" line afterwards.
+  rm -f "$STUB_GO"
+  ray_start_head "$dir" 127.0.0.1 "$gcs" "$dash" "$met" 2>"$BATS_TEST_TMPDIR/err"
+  ray_stop_node "$dir" 0
+  wait_until test -f "$dir/ray_start.rc"
+  [ "$(<"$dir/ray_start.rc")" -gt 128 ]
+  sleep 0.3 # the watcher reports right after it writes the status; give it the chance to (wrongly) do so
+  [ ! -s "$BATS_TEST_TMPDIR/err" ]
+  rm -rf "$dir"
+}
+
+@test "ray_join_cluster: while the head does not answer yet, it joins as soon as the head's port opens, not DELAY s later" {
+  fake_ray_start
+  echo 0 >"$STUB_GO"
+  source "$REPO_DIR/utils/lib/ray_cluster.sh"
+  local dir; dir=$(mktemp -d /tmp/mxr-b.XXXXXX)
+  local head_port met; head_port=$(pick_free_port) met=$(pick_free_port "$head_port")
+  SECONDS=0
+  ray_join_cluster "$dir" 127.0.0.1 "127.0.0.1:$head_port" "$met" 2 120 2>"$BATS_TEST_TMPDIR/err" &
+  local join=$!
+  wait_until grep -q "attempt 1/2: nothing answers" "$BATS_TEST_TMPDIR/err"
+  python3 -c "import socket, sys, time
+s = socket.socket(); s.bind(('127.0.0.1', int(sys.argv[1]))); s.listen(); time.sleep(600)" "$head_port" &
+  local listener=$!
+  wait "$join"
+  ((SECONDS < 60)) # DELAY is 120 s: it went on once the port answered
+  [ "$(grep -c attempt "$BATS_TEST_TMPDIR/err")" -eq 1 ]
+  [ -e "$dir/session_latest/sockets/raylet" ] # the second attempt ran `ray start`
+  kill "$listener"
+  ray_stop_node "$dir" 0
+  rm -rf "$dir"
+}

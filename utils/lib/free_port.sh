@@ -36,10 +36,12 @@ tcp_ports_in_use() {
 # tcp_port_in_use PORT [--listening]
 #     True when PORT is the local port of some TCP socket (of a listener, with --listening).
 tcp_port_in_use() {
-  local want=$((10#$1)) port
+  local want=$((10#$1)) port found=1
   shift
-  while read -r port; do ((port == want)) && return 0; done < <(tcp_ports_in_use "$@")
-  return 1
+  # Reads to the end: leaving early would make the writer's echo fail with EPIPE, which a caller that ignores
+  # SIGPIPE (bats, some batch shells) sees as "write error: Broken pipe" on its stderr.
+  while read -r port; do ((port == want)) && found=0; done < <(tcp_ports_in_use "$@")
+  return "$found"
 }
 
 pick_free_port() {

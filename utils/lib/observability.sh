@@ -163,11 +163,14 @@ _obs_start_head() {
   fi
   _obs_use_token
   _OBS[dash_port]=$(_obs_port_from "${RAY_DASHBOARD_PORT:-8265}") || _OBS[dash_port]=${RAY_DASHBOARD_PORT:-8265}
+  _OBS[ray_t0]=$EPOCHREALTIME
   _OBS[ray]=starting _OBS[ray_started]=1 # from here on there may be Ray processes to stop, even of a half-started head
   (
     rc=0
-    JOBKIT_OUTPUT_SINK=${_OBS[sink]} ray_start_head "${_OBS[ray_tmp]}" "${_OBS[ip]}" "$RAY_PORT" \
-      "${_OBS[dash_port]}" "${_OBS[ray_metrics_port]}" || rc=$?
+    # Returns once the GCS and raylet are up; the dashboard comes up behind it, and its services are reniced
+    # once it has (ray_start_head's own background watcher, which also reports a late failure to this log).
+    RAY_SERVICES_NICE=${_OBS[nice]} JOBKIT_OUTPUT_SINK=${_OBS[sink]} ray_start_head "${_OBS[ray_tmp]}" \
+      "${_OBS[ip]}" "$RAY_PORT" "${_OBS[dash_port]}" "${_OBS[ray_metrics_port]}" || rc=$?
     echo "$rc" >"$rc_file.tmp" && mv -f "$rc_file.tmp" "$rc_file"
   ) &
   _OBS[ray_head_pid]=$!
@@ -216,12 +219,13 @@ _obs_start_driver() {
   _OBS[child_pid]=$!
 }
 
-# Rank 0: waits for the head's start; on success lowers its services' priority and publishes its metrics port.
+# Rank 0: waits for the head's GCS and raylet; on success publishes its metrics port (its services are reniced
+# by ray_start_head's watcher once the whole `ray start` is done: RAY_SERVICES_NICE above).
 _obs_await_head() {
   proc_wait "${_OBS[ray_head_pid]}"
   if [[ $(cat "${_OBS[ray_rc_file]}" 2>/dev/null) == 0 ]]; then
     _OBS[ray]=up
-    ray_renice_services "${_OBS[ray_tmp]}" "${_OBS[nice]}"
+    _obs_log "Ray head's GCS and raylet up in $(awk -v a="${_OBS[ray_t0]}" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }') s (its dashboard follows)"
     _obs_publish_ray_metrics
   else
     _OBS[ray]=failed _OBS[dash_port]=""

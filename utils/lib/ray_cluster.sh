@@ -4,12 +4,20 @@
 #
 # ray_start_head TEMP_DIR NODE_IP GCS_PORT DASHBOARD_PORT METRICS_PORT
 #     Starts a Ray head: GCS on NODE_IP:GCS_PORT (the cluster-private address), dashboard on
-#     127.0.0.1:DASHBOARD_PORT, Prometheus metrics on METRICS_PORT, sessions and logs under TEMP_DIR. Returns
-#     once GCS, raylet and dashboard listen (bounded by RAY_START_TIMEOUT). NODE_IP 127.0.0.1 makes a
+#     127.0.0.1:DASHBOARD_PORT, Prometheus metrics on METRICS_PORT, sessions and logs under TEMP_DIR. Returns 0
+#     as soon as the GCS listens, the raylet's socket exists and the dashboard agent wrote the port file the
+#     raylet waits for before it registers (bounded by RAY_START_TIMEOUT): a driver can
+#     connect then. `ray start` goes on in the background until the dashboard is up too; if it fails after
+#     that (the dashboard did not start, or RAY_START_TIMEOUT ran out), one line on stderr says so and the GCS
+#     and raylet stay up (the dashboard is for people, training does not need it). Its status lands in
+#     TEMP_DIR/ray_start.rc once it ends; then, with RAY_SERVICES_NICE set, ray_renice_services runs on the
+#     node. A start that fails before the GCS and raylet are up fails as a whole. NODE_IP 127.0.0.1 makes a
 #     single-node cluster (Ray otherwise swaps loopback for the first routable address).
 # ray_join_cluster TEMP_DIR NODE_IP HEAD_ADDR METRICS_PORT [TRIES] [DELAY]
 #     Starts a Ray worker node that joins the head at HEAD_ADDR (IP:PORT); TRIES attempts (default 12),
-#     DELAY seconds apart (default 5). Each failed attempt is cleaned up before the next.
+#     DELAY seconds apart (default 5). Each failed attempt is cleaned up before the next. While nothing
+#     answers at HEAD_ADDR (the head still starting), it knocks every 0.25 s within those DELAY seconds, so
+#     that a worker joins as soon as the head's GCS is up rather than up to DELAY s later.
 # ray_stop_node TEMP_DIR [GRACE]
 #     Stops every process of the Ray node that runs under TEMP_DIR: TERM (all but the GCS server and the
 #     autoscaler monitor, which ignore it), KILL for what is left once the others are gone or after GRACE
@@ -45,6 +53,8 @@
 #                      and its agents refuse any client without the token. The file must be ours and 0600 (or
 #                      stricter): a token others can read protects nothing. Drivers need the same two variables.
 #   RAY_START_TIMEOUT  seconds one `ray start` may take until its services listen (default 90)
+#   RAY_SERVICES_NICE  ray_start_head: the INCREMENT for ray_renice_services once the head's `ray start` ended
+#                      (unset: no renice)
 #   RAY_STOP_GRACE     default GRACE of ray_stop_node (default 5)
 #   RAY_START_ARGS     extra words appended to every `ray start` (e.g. "--num-gpus=0")
 #   RAY_REPORTER_INTERVAL_MS  how often the node's ray_node_* metrics are refreshed (default 10000)
@@ -142,6 +152,19 @@ _ray_tcp_open() {
   # shellcheck disable=SC2016 # expanded by the inner bash
   timeout 3 bash -c 'exec 3<>"/dev/tcp/$1/$2"' _ "$1" "$2" 2>/dev/null
 }
+
+# True as soon as a TCP connection to HOST PORT opens, knocking every 0.25 s; false once SECONDS passed.
+_ray_knock_within() {
+  local host=$1 port=$2 until
+  until=$(awk -v now="$EPOCHREALTIME" -v s="$3" 'BEGIN { printf "%d", (now + s) * 1000 }')
+  while :; do
+    sleep 0.25
+    _ray_tcp_open "$host" "$port" && return 0
+    (($(_ray_now_ms) >= until)) && return 1
+  done
+}
+
+_ray_now_ms() { local t=${EPOCHREALTIME/[.,]/}; echo "${t:0:-3}"; }
 
 _ray_is_loopback() { [[ $1 == 127.* || $1 == localhost || $1 == ::1 ]]; }
 
@@ -291,27 +314,100 @@ ray_start_head() {
     client_port=$(pick_free_port "$gcs_port" "$dash_port" "$metrics_port" "$agent_port") || return 1
   _ray_ports_free "GCS_PORT=$gcs_port" "DASHBOARD_PORT=$dash_port" "METRICS_PORT=$metrics_port" || return 1
 
-  local start_limit deadline
+  local start_limit deadline nice=${RAY_SERVICES_NICE:-}
   start_limit=$(setting_uint RAY_START_TIMEOUT 90) || return 2
+  if [[ -n $nice && ! $nice =~ ^[0-9]+$ ]]; then
+    _ray_err "RAY_SERVICES_NICE='$nice' must be a number >= 0 (the renice increment of Ray's services)"
+    return 2
+  fi
   deadline=$((EPOCHSECONDS + start_limit))
-  # --no-monitor: the autoscaler's monitor has nothing to do for a fixed set of Slurm nodes.
-  _ray_run_start "$dir" "$node_ip" --head --port="$gcs_port" --num-cpus=0 --no-monitor \
+  # A socket left by an earlier node under TEMP_DIR must not pass for this one's raylet.
+  rm -rf "$dir/session_latest" "$dir/ray_start.rc" "$dir/ray_start.err" "$dir/.ray_start_returned" \
+    "$dir/.ray_start_reported"
+  # --no-monitor: the autoscaler's monitor has nothing to do for a fixed set of Slurm nodes. In the background:
+  # the caller goes on once the GCS and raylet are up, not after the dashboard too (seconds later).
+  _ray_head_watch "$dir" "$node_ip" "$gcs_port" "$nice" --head --port="$gcs_port" --num-cpus=0 --no-monitor \
     --include-dashboard=true --dashboard-host=127.0.0.1 --dashboard-port="$dash_port" \
     --metrics-export-port="$metrics_port" --dashboard-agent-listen-port="$agent_port" \
-    --ray-client-server-port="$client_port" || rc=$?
-  if ((rc != 0)); then
-    local reason
-    ((rc == 124 || rc == 137)) && reason="ray start took longer than ${RAY_START_TIMEOUT:-90} s" ||
-      reason=$(_ray_start_reason "$dir/ray_start.log")
-    ray_stop_node "$dir" 0 >/dev/null 2>&1
-    _ray_err "Ray head on $node_ip:$gcs_port did not start: $reason (full output: $dir/ray_start.log)"
-    return 1
+    --ray-client-server-port="$client_port" >/dev/null &
+  rc=0
+  _ray_wait_head_up "$deadline" "$dir" "$gcs_port" || rc=$?
+  if ((rc == 0)); then
+    # From here on a failure of `ray start` is the watcher's to report (or ours, when it ended just now).
+    : >"$dir/.ray_start_returned"
+    [[ -f $dir/ray_start.rc ]] && _ray_head_report_late "$dir" "$node_ip" "$gcs_port" "$(<"$dir/ray_start.rc")"
+    return 0
   fi
-  if ! _ray_wait_listening "$deadline" "$dir" "$gcs_port" "$dash_port"; then
+  local reason status="" own=""
+  [[ -f $dir/ray_start.rc ]] && status=$(<"$dir/ray_start.rc")
+  own=$(grep -m 1 '^ray_cluster: ' "$dir/ray_start.err" 2>/dev/null)
+  if [[ -n $own && ! -s $dir/ray_start.log ]]; then
+    # Refused before `ray start` ran (no ray CLI, a bad token): that line says it all.
     ray_stop_node "$dir" 0 >/dev/null 2>&1
-    _ray_err "Ray head on $node_ip:$gcs_port started but its GCS/dashboard did not listen within ${RAY_START_TIMEOUT:-90} s; see $dir/session_latest/logs/ (or raise RAY_START_TIMEOUT)"
+    echo "$own" >&2
     return 1
+  elif ((rc == 2)); then
+    reason="its GCS and raylet were not up within ${RAY_START_TIMEOUT:-90} s (see $dir/session_latest/logs/, or raise RAY_START_TIMEOUT)"
+  elif [[ $status == 124 || $status == 137 ]]; then
+    reason="ray start took longer than ${RAY_START_TIMEOUT:-90} s"
+  else
+    reason=$(_ray_start_reason "$dir/ray_start.log")
   fi
+  ray_stop_node "$dir" 0 >/dev/null 2>&1
+  _ray_err "Ray head on $node_ip:$gcs_port did not start: $reason (full output: $dir/ray_start.log)"
+  return 1
+}
+
+# Runs the head's `ray start ARGS...` (after DIR NODE_IP GCS_PORT NICE), then writes its status to
+# DIR/ray_start.rc; once it ended, renices the node's services by NICE (when set), and reports a failure that
+# came after ray_start_head returned (see the header).
+_ray_head_watch() {
+  local dir=$1 node_ip=$2 gcs_port=$3 nice=$4 rc=0
+  shift 4
+  # Its own errors (no ray CLI, a bad token) go to a file that ray_start_head repeats; so does the shell's
+  # "Terminated" when ray_stop_node stops `ray start`, which is no news for the caller's log.
+  _ray_run_start "$dir" "$node_ip" "$@" 2>"$dir/ray_start.err" || rc=$?
+  # (TEMP_DIR may be gone already: the caller's teardown removes it after ray_stop_node.)
+  { echo "$rc" >"$dir/ray_start.rc.tmp" && mv -f "$dir/ray_start.rc.tmp" "$dir/ray_start.rc"; } 2>/dev/null
+  [[ -n $nice ]] && ray_renice_services "$dir" "$nice"
+  [[ -f $dir/.ray_start_returned ]] && _ray_head_report_late "$dir" "$node_ip" "$gcs_port" "$rc"
+  return 0
+}
+
+# Says, once, that the head's `ray start` failed with STATUS after its GCS and raylet were up. 129-159 but 137
+# (a signal from outside: ray_stop_node stopping the node) is no failure; 124/137 are RAY_START_TIMEOUT.
+_ray_head_report_late() {
+  local dir=$1 node_ip=$2 gcs_port=$3 status=$4 reason
+  [[ $status == 0 ]] && return 0
+  ((status > 128 && status < 160 && status != 137)) && return 0
+  mkdir "$dir/.ray_start_reported" 2>/dev/null || return 0
+  if [[ $status == 124 || $status == 137 ]]; then
+    reason="it took longer than ${RAY_START_TIMEOUT:-90} s"
+  else
+    reason=$(_ray_start_reason "$dir/ray_start.log")
+  fi
+  _ray_err "[!] Ray head on $node_ip:$gcs_port: \`ray start\` failed after its GCS and raylet came up ($reason); training goes on, the Ray dashboard may be missing (full output: $dir/ray_start.log)"
+}
+
+# Waits until the head's GCS listens on GCS_PORT, its raylet socket exists and its dashboard agent wrote its
+# port file (or `ray start` ended with 0): 0. 1 when its `ray start`
+# ended with a non-zero status first, 2 when the deadline (epoch s) passes first.
+_ray_wait_head_up() {
+  local deadline=$1 dir=$2 port=$3 status
+  while :; do
+    if [[ -f $dir/ray_start.rc ]]; then
+      status=$(<"$dir/ray_start.rc")
+      [[ $status == 0 ]] || return 1
+    fi
+    # The dashboard agent's port file too: the raylet waits for it before it registers (and aborts when it
+    # does not come within 15 s, seen at a load of 10 on 2 cores); a `ray start` that ended with 0 is up anyway.
+    if compgen -G "$dir/session_latest/sockets/raylet*" >/dev/null && _ray_listening "$port" &&
+      { [[ ${status:-} == 0 ]] || compgen -G "$dir/session_latest/metrics_agent_port_*" >/dev/null; }; then
+      return 0
+    fi
+    ((EPOCHSECONDS >= deadline)) && return 2
+    sleep 0.1
+  done
 }
 
 ray_join_cluster() {
@@ -334,11 +430,12 @@ ray_join_cluster() {
     _ray_err "a Ray node already runs under $dir; stop it first (ray_stop_node $dir) or use another TEMP_DIR"
     return 1
   fi
-  local i rc reason="" agent_port client_port deadline start_limit
+  local i rc reason="" agent_port client_port deadline start_limit knocked=0
   start_limit=$(setting_uint RAY_START_TIMEOUT 90) || return 2
   for ((i = 1; i <= tries; i++)); do
-    # `ray start --address` at a head that does not answer retries for minutes: knock first.
-    if ! _ray_tcp_open "${head%:*}" "${head##*:}"; then
+    # `ray start --address` at a head that does not answer retries for minutes: knock first (unless the wait
+    # before this attempt just got an answer).
+    if ((!knocked)) && ! _ray_tcp_open "${head%:*}" "${head##*:}"; then
       reason="nothing answers at $head yet"
     elif _ray_ports_free "METRICS_PORT=$metrics_port" 2>/dev/null; then
       rc=0
@@ -360,9 +457,15 @@ ray_join_cluster() {
     else
       reason="port $metrics_port (METRICS_PORT) is already in use on this machine"
     fi
+    knocked=0
     if ((i < tries)); then
-      echo "ray_cluster: joining $head failed (attempt $i/$tries: $reason); retrying in $delay s" >&2
-      sleep "$delay"
+      echo "ray_cluster: joining $head failed (attempt $i/$tries: $reason); retrying in $delay s at most" >&2
+      if [[ $reason == "nothing answers"* ]]; then
+        # The head is still starting: go as soon as its GCS answers, not up to DELAY s later.
+        _ray_knock_within "${head%:*}" "${head##*:}" "$delay" && knocked=1
+      else
+        sleep "$delay"
+      fi
     fi
   done
   local more=""

@@ -1,18 +1,45 @@
-"""`jobkit ray-start [ray start args...]`: Ray's own `ray start`, without the CLI groups it never needs.
+"""`jobkit ray-start [ray start args...]`: Ray's own `ray start`, without the CLI groups it never needs, and a head
+whose dashboard starts only the modules a job uses.
 
 Ray's CLI module imports the command groups of `ray serve`, `ray job` and `ray list/get/logs/summary` only to
 offer them; each import sits inside try/except ImportError. Marking those modules as absent (None in
 sys.modules) makes the CLI skip them: 0.7 s instead of 2 s of imports on the critical path of every node's start.
 utils/lib/ray_cluster.sh runs this with the interpreter of the `ray` console script it found, so it is the same
 Ray; a `ray` that is not Ray's Python console script is run as it is there.
+
+The head's `ray start` waits for the dashboard to publish its address before it starts the raylet, and Ray 2.60's
+dashboard starts one Python process per module first: nine, each importing its own dependencies, on the
+critical path of every RAY=1 job. The Data, Jobs (job submission), Serve and Train modules serve nothing a
+launcher job has (its training is one actor per node, submitted by `jobkit ray-launch`, not the Jobs API), so the
+dashboard is started with --modules-to-load naming every other module (found by reading the source of
+ray.dashboard.modules, not by importing it, which would cost the seconds saved). A dashboard that Ray starts in
+its minimal mode (no ray[default]), or a Ray whose modules this does not recognise, is left as Ray starts it.
+RAY_DASHBOARD_ALL_MODULES=1 keeps every module.
+
+The head's dashboard is also started after the raylet rather than before it (Ray waits ~5-10 s for the
+dashboard, then starts the raylet and its agents, which take as long again): the two then come up side by side,
+and `ray start` still returns only once both are up, or fails as before when either does not. The raylet is
+told the dashboard's address from --dashboard-host/--dashboard-port (the one Ray then publishes, as the port is
+checked free first). RAY_DASHBOARD_FIRST=1 keeps Ray's order.
+
+No Ray Client server (ray://) on the head: `jobkit ray-launch` connects to the GCS, and the client server
+(which `ray start --head` always starts; its port cannot be 0) is one more listening port and ~3 s of CPU
+for its imports on the head's start. RAY_CLIENT_SERVER=1 starts it.
 """
 
+import os
+import re
 import sys
 
 import click
 
 # The CLI groups `ray start` does not need, by the module that defines each.
 UNNEEDED_CLI_MODULES = ("ray.serve.scripts", "ray.dashboard.modules.job.cli", "ray.util.state.state_cli")
+# Dashboard modules (class names) a launcher job does not use; each is a process of its own.
+UNNEEDED_DASHBOARD_MODULES = frozenset(("DataHead", "JobHead", "ServeHead", "TrainHead"))
+_MODULE_CLASS = re.compile(
+    r"^class (\w+)\(\s*(?:SubprocessModule|(?:dashboard_utils\.)?DashboardHeadModule)\b", re.MULTILINE
+)
 
 
 def slim_ray_cli() -> click.Group:
@@ -24,6 +51,91 @@ def slim_ray_cli() -> click.Group:
     return cli
 
 
+def dashboard_modules(modules_dir: str) -> set[str]:
+    """The dashboard module classes defined under MODULES_DIR (ray/dashboard/modules), read from the source."""
+    found = set()
+    for dirpath, _dirs, files in os.walk(modules_dir):
+        for name in files:
+            if name.endswith(".py") and not name.startswith("test_"):
+                try:
+                    with open(os.path.join(dirpath, name), encoding="utf-8") as f:
+                        found.update(_MODULE_CLASS.findall(f.read()))
+                except (OSError, UnicodeDecodeError):
+                    continue
+    return found
+
+
+def modules_to_load(modules_dir: str) -> str | None:
+    """The --modules-to-load value for the dashboard, or None to leave it as Ray starts it (every module)."""
+    found = dashboard_modules(modules_dir)
+    if not UNNEEDED_DASHBOARD_MODULES <= found:  # a Ray we do not know: its module names may differ
+        return None
+    return ",".join(sorted(found - UNNEEDED_DASHBOARD_MODULES))
+
+
+def trim_dashboard() -> None:
+    """Makes Ray start the dashboard with modules_to_load() (see the module docstring)."""
+    if os.environ.get("RAY_DASHBOARD_ALL_MODULES", "0") not in ("", "0"):
+        return
+    import ray.dashboard
+    from ray._private import services
+
+    modules = modules_to_load(os.path.join(os.path.dirname(ray.dashboard.__file__), "modules"))
+    start_process = getattr(services, "start_ray_process", None)
+    if modules is None or start_process is None:
+        return
+
+    def start_ray_process(command, process_type, *args, **kwargs):
+        if process_type == "dashboard" and not any(
+            word == "--minimal" or word.startswith("--modules-to-load") for word in command
+        ):
+            command = [*command, f"--modules-to-load={modules}"]
+        return start_process(command, process_type, *args, **kwargs)
+
+    services.start_ray_process = start_ray_process
+
+
+def dashboard_after_raylet() -> None:
+    """Makes the head start its dashboard after its raylet (see the module docstring); a Ray whose Node has not
+    the two methods this relies on is left alone."""
+    if os.environ.get("RAY_DASHBOARD_FIRST", "0") not in ("", "0"):
+        return
+    from ray._private.node import Node
+
+    start_api_server = getattr(Node, "start_api_server", None)
+    start_ray_processes = getattr(Node, "start_ray_processes", None)
+    if start_api_server is None or start_ray_processes is None:
+        return
+
+    def deferred_api_server(self, **kwargs):
+        if self.head and "jobkit_dashboard" not in self.__dict__:
+            self.jobkit_dashboard = kwargs  # started by start_ray_processes below, after the raylet
+            params = self._ray_params
+            if params.dashboard_port:
+                self._webui_url = f"{params.dashboard_host}:{params.dashboard_port}"
+            return None
+        return start_api_server(self, **kwargs)
+
+    def ray_processes_then_dashboard(self):
+        start_ray_processes(self)
+        kwargs = self.__dict__.pop("jobkit_dashboard", None)
+        if kwargs is not None:
+            start_api_server(self, **kwargs)
+
+    Node.start_api_server = deferred_api_server
+    Node.start_ray_processes = ray_processes_then_dashboard
+
+
+def no_client_server() -> None:
+    """Makes the head start no Ray Client server (see the module docstring)."""
+    if os.environ.get("RAY_CLIENT_SERVER", "0") not in ("", "0"):
+        return
+    from ray._private.node import Node
+
+    if hasattr(Node, "start_ray_client_server"):
+        Node.start_ray_client_server = lambda self: None
+
+
 @click.command(
     "ray-start",
     add_help_option=False,  # --help is `ray start --help`
@@ -32,4 +144,9 @@ def slim_ray_cli() -> click.Group:
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
 def command(args):
     """Run `ray start ARGS...` with Ray's CLI minus its serve/job/state groups (faster to import)."""
-    sys.exit(slim_ray_cli().main(["start", *args], prog_name="ray"))
+    cli = slim_ray_cli()
+    if "--head" in args:
+        trim_dashboard()
+        dashboard_after_raylet()
+        no_client_server()
+    sys.exit(cli.main(["start", *args], prog_name="ray"))
