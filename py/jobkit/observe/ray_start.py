@@ -20,7 +20,11 @@ The head's dashboard is also started after the raylet rather than before it (Ray
 dashboard, then starts the raylet and its agents, which take as long again): the two then come up side by side,
 and `ray start` still returns only once both are up, or fails as before when either does not. The raylet is
 told the dashboard's address from --dashboard-host/--dashboard-port (the one Ray then publishes, as the port is
-checked free first). RAY_DASHBOARD_FIRST=1 keeps Ray's order.
+checked free first). This order is opt-in (RAY_DASHBOARD_FIRST=0); by default Ray's own order stands. Started
+side by side on a saturated 2-core machine (load ~10), the dashboard agent once missed the 15 s in which the
+raylet waits for its port file, and the raylet aborted (the job trained without Ray); with the dashboard up
+first the agents start with the CPU to themselves. On a node with cores to spare the side-by-side start saves
+a few seconds; measure there before making it the default.
 
 No Ray Client server (ray://) on the head: `jobkit ray-launch` connects to the GCS, and the client server
 (which `ray start --head` always starts; its port cannot be 0) is one more listening port and ~3 s of CPU
@@ -98,7 +102,7 @@ def trim_dashboard() -> None:
 def dashboard_after_raylet() -> None:
     """Makes the head start its dashboard after its raylet (see the module docstring); a Ray whose Node has not
     the two methods this relies on is left alone."""
-    if os.environ.get("RAY_DASHBOARD_FIRST", "0") not in ("", "0"):
+    if os.environ.get("RAY_DASHBOARD_FIRST", "1") != "0":
         return
     from ray._private.node import Node
 
