@@ -6,7 +6,7 @@ import os
 
 import click
 
-from jobkit.core import clitypes, logparse, metrics_state, tgs
+from jobkit.core import clitypes, logparse, metrics_state, step_summary, tgs
 from jobkit.core.config import default_yml
 from jobkit.core.errors import EXIT_BAD_INPUT, EXIT_CANNOT_RUN, EXIT_NO_NNODES, EXIT_NO_STEPS, JobkitError
 from jobkit.core.paths import workspace, workspace_problem
@@ -19,7 +19,8 @@ def load_log(
     """The job log at PATH, or a JobkitError naming the file and what is wrong with it (NOT_A_LOG_CODE for a
     file that is not a job log). FIRST_STEPS: a big log's ends only (logparse.parse_ends)."""
     try:
-        return logparse.load(path, first_steps)
+        # Every step wanted: a big log's ends and the job's step summary between them, where it can be used.
+        return step_summary.load(path) if first_steps is None else logparse.load(path, first_steps)
     except logparse.NotAJobLog as exc:
         raise JobkitError(command, str(exc), not_a_log_code) from None
     except logparse.LogError as exc:
