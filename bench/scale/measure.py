@@ -78,7 +78,8 @@ def log_ops(root: Path, nodes: int, steps: int, quick: bool = False, only: list[
         "dashboard": jobkit("dashboard", "--workspace", str(ws), "-o", str(out / "d.html")),
     }
     for op, cmd in ops.items():
-        if (quick and op in ("analyze", "compare", "dashboard")) or (only and op not in only):
+        # the big point: analyze, compare and the dashboard only when --ops names them (minutes each, before)
+        if (quick and not only and op in ("analyze", "compare", "dashboard")) or (only and op not in only):
             continue
         if BEFORE:
             wall, rss, cpu, _ = child(cmd, {"PYTHONPATH": BEFORE})
@@ -90,7 +91,7 @@ def log_ops(root: Path, nodes: int, steps: int, quick: bool = False, only: list[
         return
     # The monitor over the same job, still running (no JOB SUMMARY): its first poll reads the whole log.
     running = ws / f"900002-scale-{nodes}n.log"
-    simulate.write_log(running, nodes, steps, "none", job_id="900002")
+    simulate.write_log(running, nodes, steps, "none", job_id="900002", summary=False)
     wall, rss, cpu, text = child([PYTHON, str(HERE / "measure.py"), "--monitor", str(ws), str(nodes)])
     first, later = (float(x) for x in text.split()[-2:])
     emit("monitor poll (first)", nodes, steps, first, rss, first)

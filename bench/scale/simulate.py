@@ -5,7 +5,9 @@ Summary: Real-shaped artefacts of an N-node job for bench/scale/report.sh: its l
   log OUT --nodes N --steps S [--status SUCCESS|HANG|none]
       The job log every rank writes into under `srun -l`: the KEY=VALUE header, every rank's start-up lines,
       MaxText's `Config param` lines (rank 0), every rank's `completed step` lines (absl timestamps, MFU field,
-      1 s a step) and the JOB SUMMARY (none: a running job). Streamed: memory stays flat at any size.
+      1 s a step) and the JOB SUMMARY (none: a running job). Streamed: memory stays flat at any size. Also
+      the job dir's step summary (OUT without .log: steps.tsv), rank 0's lines as `jobkit launch` writes it;
+      --no-summary: none (a job from before it).
   workspace DIR --jobs J [--nodes 8] [--steps 30]
       J finished job logs side by side (what `jobkit jobs`, `dashboard` and a monitor poll read), plus a
       squeue stub in DIR/bin that lists them all RUNNING.
@@ -61,9 +63,13 @@ def header(job_id: str, name: str, nodes: int, steps: int) -> list[str]:
     ]
 
 
-def write_log(out: Path, nodes: int, steps: int, status: str, job_id: str = "900001", name: str = "") -> int:
-    """Streams the log to OUT; returns its size in bytes."""
+def write_log(
+    out: Path, nodes: int, steps: int, status: str, job_id: str = "900001", name: str = "", summary: bool = True
+) -> int:
+    """Streams the log to OUT; returns its size in bytes. SUMMARY: also the job dir's step summary (beside OUT,
+    OUT without .log), rank 0's lines through jobkit.core.step_summary, as `jobkit launch` on global rank 0 writes it."""
     name = name or f"scale-{nodes}n"
+    tap, fd = _summary_writer(out) if summary else (None, -1)
     with open(out, "w", encoding="utf-8", buffering=8 << 20) as fh:
         fh.write("\n".join(header(job_id, name, nodes, steps)) + "\n")
         for r in range(nodes):
@@ -86,6 +92,8 @@ def write_log(out: Path, nodes: int, steps: int, status: str, job_id: str = "900
                 f"loss: {loss:.3f}, lm_loss: {loss:.3f}, perplexity: {2.718281828**loss:.3f}\n"
             )
             fh.write("".join(f"{r}: I{ts} 1405007143{r:05d}{tail}" for r in range(nodes)))
+            if tap is not None:
+                tap.write(f"I{ts} 140500714300000{tail}")
         if status != "none":
             wall = int(t - START) + 20
             fh.write(
@@ -94,13 +102,32 @@ def write_log(out: Path, nodes: int, steps: int, status: str, job_id: str = "900
                 f"{wall % 60}s\n  Status: {status} (exit {0 if status == 'SUCCESS' else 1})\n=====================\n"
             )
     os.utime(out, (t, t))
+    if tap is not None:
+        os.close(fd)
     return out.stat().st_size
+
+
+class _Sink:
+    def write(self, text: str) -> int:
+        return len(text)
+
+
+def _summary_writer(out: Path):
+    """A StepTap onto the job dir's steps.tsv (a fresh one), as global rank 0's `jobkit launch` opens it."""
+    from jobkit.core import step_summary  # the jobkit of this checkout (PYTHONPATH) or the measured venv's
+
+    job_dir = out.with_suffix("")
+    job_dir.mkdir(exist_ok=True)
+    (job_dir / step_summary.NAME).unlink(missing_ok=True)
+    fd = step_summary.open_summary({"JOB_WORKSPACE": str(job_dir.parent), "JOB_DIR": job_dir.name, "NODE_RANK": "0"})
+    return step_summary.StepTap(_Sink(), fd), fd
 
 
 def write_workspace(ws: Path, jobs: int, nodes: int, steps: int) -> None:
     ws.mkdir(parents=True, exist_ok=True)
     for j in range(jobs):
-        write_log(ws / f"{800000 + j}-ws-{nodes}n.log", nodes, steps, "SUCCESS", str(800000 + j), f"ws-{nodes}n")
+        log = ws / f"{800000 + j}-ws-{nodes}n.log"
+        write_log(log, nodes, steps, "SUCCESS", str(800000 + j), f"ws-{nodes}n", summary=False)
     stub = ws / "bin" / "squeue"
     stub.parent.mkdir(exist_ok=True)
     stub.write_text("#!/bin/sh\ncat <<'EOF'\n" + "".join(f"{800000 + j}|RUNNING\n" for j in range(jobs)) + "EOF\n")
@@ -128,6 +155,7 @@ def main(argv=None) -> int:
     p.add_argument("--nodes", type=int, required=True)
     p.add_argument("--steps", type=int, required=True)
     p.add_argument("--status", default="SUCCESS", choices=("SUCCESS", "HANG", "none"))
+    p.add_argument("--no-summary", dest="summary", action="store_false")
     p = sub.add_parser("workspace")
     p.add_argument("dir", type=Path)
     p.add_argument("--jobs", type=int, required=True)
@@ -143,7 +171,7 @@ def main(argv=None) -> int:
     p.add_argument("--id", default="424242")
     args = ap.parse_args(argv)
     if args.what == "log":
-        print(write_log(args.out, args.nodes, args.steps, args.status))
+        print(write_log(args.out, args.nodes, args.steps, args.status, summary=args.summary))
     elif args.what == "workspace":
         write_workspace(args.dir, args.jobs, args.nodes, args.steps)
     elif args.what == "stacks":
