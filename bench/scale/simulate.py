@@ -7,7 +7,8 @@ Summary: Real-shaped artefacts of an N-node job for bench/scale/report.sh: its l
       MaxText's `Config param` lines (rank 0), every rank's `completed step` lines (absl timestamps, MFU field,
       1 s a step) and the JOB SUMMARY (none: a running job). Streamed: memory stays flat at any size. Also
       the job dir's step summary (OUT without .log: steps.tsv), rank 0's lines as `jobkit launch` writes it;
-      --no-summary: none (a job from before it).
+      --no-summary: none (a job from before it). --hole: the middle steps' lines are a sparse hole of their
+      size (a 24 h log's ends, and its summary, on a small disk).
   workspace DIR --jobs J [--nodes 8] [--steps 30]
       J finished job logs side by side (what `jobkit jobs`, `dashboard` and a monitor poll read), plus a
       squeue stub in DIR/bin that lists them all RUNNING.
@@ -38,6 +39,7 @@ NOOP = (
     "[NO-OP] mldiagnostics: dependency missing; using stub. (ModuleNotFoundError)",
 )
 CONFIG = {"steps": None, "per_device_batch_size": "4", "max_target_length": "8192", "profiler": "''"}
+HOLE_HEAD, HOLE_TAIL = 300, 100  # steps written whole around a hole (the readers' head and 4 MB end at 512 ranks)
 TOKENS_PER_STEP = 8 * 4 * 8192  # per device: batch 4 x 8192; one rank's line reports its own device's rate
 
 
@@ -64,10 +66,20 @@ def header(job_id: str, name: str, nodes: int, steps: int) -> list[str]:
 
 
 def write_log(
-    out: Path, nodes: int, steps: int, status: str, job_id: str = "900001", name: str = "", summary: bool = True
+    out: Path,
+    nodes: int,
+    steps: int,
+    status: str,
+    job_id: str = "900001",
+    name: str = "",
+    summary: bool = True,
+    hole: bool = False,
 ) -> int:
     """Streams the log to OUT; returns its size in bytes. SUMMARY: also the job dir's step summary (beside OUT,
-    OUT without .log), rank 0's lines through jobkit.core.step_summary, as `jobkit launch` on global rank 0 writes it."""
+    OUT without .log), rank 0's lines through jobkit.core.step_summary, as `jobkit launch` on global rank 0 writes it.
+    HOLE: only the first HOLE_HEAD and last HOLE_TAIL steps' lines are written, the steps between are a hole of
+    their size (a sparse file: NUL bytes on reading, no disk), so a 24 h log's ends can be read on a small disk; a
+    reader that scans the middle meets GBs without a newline and shows it."""
     name = name or f"scale-{nodes}n"
     tap, fd = _summary_writer(out) if summary else (None, -1)
     with open(out, "w", encoding="utf-8", buffering=8 << 20) as fh:
@@ -80,6 +92,7 @@ def write_log(
         for r in range(nodes):
             fh.write(f"{r}: I{absl(t + 30)} 140041392098176 max_utils.py:788] Memstats: After params initialized:\n")
         t += 90.0
+        step_bytes = 0
         for step in range(steps):
             sec = 1.0 + 0.01 * ((step * 7919) % 13 - 6) / 6 + (20.0 if step == 0 else 0.0)
             t += sec
@@ -91,9 +104,16 @@ def write_log(
                 f"{400 / sec:.3f}, MFU: {40 / sec:.2f}%, Tokens/s/device: {tgs:.3f}, total_weights: 262144, "
                 f"loss: {loss:.3f}, lm_loss: {loss:.3f}, perplexity: {2.718281828**loss:.3f}\n"
             )
-            fh.write("".join(f"{r}: I{ts} 1405007143{r:05d}{tail}" for r in range(nodes)))
             if tap is not None:
                 tap.write(f"I{ts} 140500714300000{tail}")
+            if hole and HOLE_HEAD <= step < steps - HOLE_TAIL:
+                if step == steps - HOLE_TAIL - 1:  # the middle's bytes, as the last whole step's size says
+                    fh.flush()
+                    fh.buffer.seek(step_bytes * (steps - HOLE_TAIL - HOLE_HEAD), os.SEEK_CUR)
+                continue
+            lines = "".join(f"{r}: I{ts} 1405007143{r:05d}{tail}" for r in range(nodes))
+            step_bytes = len(lines)
+            fh.write(lines)
         if status != "none":
             wall = int(t - START) + 20
             fh.write(
@@ -156,6 +176,7 @@ def main(argv=None) -> int:
     p.add_argument("--steps", type=int, required=True)
     p.add_argument("--status", default="SUCCESS", choices=("SUCCESS", "HANG", "none"))
     p.add_argument("--no-summary", dest="summary", action="store_false")
+    p.add_argument("--hole", action="store_true", help="a sparse middle: only the first and last steps written")
     p = sub.add_parser("workspace")
     p.add_argument("dir", type=Path)
     p.add_argument("--jobs", type=int, required=True)
@@ -171,7 +192,7 @@ def main(argv=None) -> int:
     p.add_argument("--id", default="424242")
     args = ap.parse_args(argv)
     if args.what == "log":
-        print(write_log(args.out, args.nodes, args.steps, args.status, summary=args.summary))
+        print(write_log(args.out, args.nodes, args.steps, args.status, summary=args.summary, hole=args.hole))
     elif args.what == "workspace":
         write_workspace(args.dir, args.jobs, args.nodes, args.steps)
     elif args.what == "stacks":

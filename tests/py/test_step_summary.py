@@ -127,8 +127,13 @@ def test_a_big_log_takes_its_middle_steps_from_the_summary_and_its_ends_from_eve
     assert used.step_ms[200] == expected_ms and len(used.step_ms) == STEPS
 
 
-def test_tgs_table_and_json_say_which_steps_came_from_the_summary(tmp_path, big):
+def listing(root: Path) -> dict[str, tuple[int, float]]:
+    return {str(p.relative_to(root)): (p.stat().st_size, p.stat().st_mtime) for p in sorted(root.rglob("*"))}
+
+
+def test_tgs_table_and_json_say_which_steps_came_from_the_summary_and_write_nothing(tmp_path, big):
     log = write_job(tmp_path)
+    before = listing(tmp_path)
     out = CliRunner().invoke(tgs_command, [str(log), "--json"])
     assert out.exit_code == 0, out.output
     data = json.loads(out.output)
@@ -136,6 +141,7 @@ def test_tgs_table_and_json_say_which_steps_came_from_the_summary(tmp_path, big)
     assert data["entries_per_step"] == RANKS
     table = CliRunner().invoke(tgs_command, [str(log)])
     assert "note: steps " in table.output and "step summary (steps.tsv)" in table.output
+    assert listing(tmp_path) == before  # a reader: the log, the job dir and its summary stay as they were
 
 
 @pytest.mark.parametrize(
