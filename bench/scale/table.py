@@ -82,7 +82,9 @@ def summarize(results: list[dict]) -> dict[str, dict]:
                 per_line = max(r.get("log_bytes", 0) / max(r["nodes"] * r["steps"], 1) for _, r in pts) or 240
                 target = min(target, MONITOR_READ_LIMIT / per_line)
             entry["pred"] = (a + b * target, c + d * target)
-            if entry["order"] == "O(1)":  # read at its ends past logparse.BIG_LOG: the largest point holds
+            same = cells.get(big["nodes"]) if big else None
+            flat_in_steps = big is None or same is None or big["wall"] <= 2 * same["wall"]  # not noise in nodes
+            if entry["order"] == "O(1)" and flat_in_steps:  # read at its ends past BIG_LOG: the largest point holds
                 top = max(rows, key=lambda r: r["nodes"] * r["steps"])
                 entry["pred"] = (top["wall"], top["rss"])
             if day is not None and (day["nodes"], day["steps"]) == (TARGET_NODES, TARGET_STEPS):
