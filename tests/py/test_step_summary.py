@@ -151,8 +151,12 @@ def test_tgs_table_and_json_say_which_steps_came_from_the_summary_and_write_noth
         (lambda text: text.replace(step_summary.FIRST_LINE, "", 1), "does not start with its first line"),
         (lambda text: "".join(text.splitlines(keepends=True)[:300]), "ends at step 298"),
         (lambda text: text.replace(text.splitlines(keepends=True)[251], "", 1), "lacks step 250"),
+        (
+            lambda text: "".join(text.splitlines(keepends=True)[:1] + text.splitlines(keepends=True)[3:]),
+            "starts at step 2",
+        ),
     ],
-    ids=["bad-field", "no-first-line", "ends-early", "a-step-missing"],
+    ids=["bad-field", "no-first-line", "ends-early", "a-step-missing", "another-run"],
 )
 def test_a_damaged_or_short_summary_is_left_for_the_whole_log_and_said(tmp_path, big, damage, why):
     log = write_job(tmp_path)

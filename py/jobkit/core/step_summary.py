@@ -214,6 +214,8 @@ def merge(log: logparse.JobLog, steps: dict[int, list]) -> str | None:
     if gap is None:
         return None  # nothing between the ends (the end read reached back into the head)
     first, last = ordered[gap - 1] + 1, ordered[gap] - 1
+    if steps and min(steps) != ordered[0]:  # a file of another run (a resumed attempt starts later)
+        return f"the step summary starts at step {min(steps)}, the log at step {ordered[0]}"
     if not steps or max(steps) < last:
         reach = f"ends at step {max(steps)}" if steps else "holds no step"
         return f"the step summary {reach}, short of the log's step {last}"
