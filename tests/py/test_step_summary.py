@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from jobkit.analysis import build
 from jobkit.analysis import job as analysis_job
 from jobkit.core import logparse, step_summary, tgs
 from jobkit.core.commands import tgs_command
@@ -196,6 +197,8 @@ def test_analyze_of_a_big_log_reads_its_ends_and_takes_rank_0_times_from_the_sum
     assert "saved a checkpoint in the middle" not in facts.text  # the middle of a big log is not scanned
     assert "JOB_ID=900001" in facts.text and "JOB SUMMARY" in facts.text
     assert facts.summary is not None and facts.summary.final_loss is not None
+    steps = build._steps(facts)
+    assert steps["from_step_summary"] == list(facts.log.summarized) and steps["logged"] == STEPS
 
 
 def test_analyze_of_a_small_log_still_reads_every_line(tmp_path, monkeypatch):
@@ -203,3 +206,4 @@ def test_analyze_of_a_small_log_still_reads_every_line(tmp_path, monkeypatch):
     monkeypatch.setattr(analysis_job, "TEXT_HEAD", 20_000)
     facts = analysis_job.load(log)
     assert facts.log.summarized is None and "saved a checkpoint in the middle" in facts.text
+    assert "from_step_summary" not in build._steps(facts) and "step_summary_note" not in build._steps(facts)
