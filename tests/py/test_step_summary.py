@@ -75,11 +75,17 @@ def test_the_tap_passes_text_through_unchanged_and_appends_one_line_per_whole_st
     fd = os.open(tmp_path / "s.tsv", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     tap = step_summary.StepTap(out, fd)
     text = "startup\n" + step_line(0, 1)[3:] + step_line(0, 2)[3:] + "done\n"
-    for i in range(0, len(text), 17):  # a step line split across writes
-        tap.write(text[i : i + 17])
+    tap.write("startup\n")  # a write that ends a line, then a step line in pieces (its absl prefix cut too)
+    for s in (1, 2):
+        line = step_line(0, s)[3:]
+        for piece in (line[:4], line[4:30], line[30:77], line[77:]):
+            tap.write(piece)
+    tap.write("done\n")
     os.close(fd)
     assert out.getvalue() == text
-    assert [r.split("\t")[0] for r in (tmp_path / "s.tsv").read_text().splitlines()] == ["1", "2"]
+    rows = [r.split("\t") for r in (tmp_path / "s.tsv").read_text().splitlines()]
+    whole = [step_summary.summary_line(step_line(0, s)[3:]).rstrip("\n").split("\t") for s in (1, 2)]
+    assert rows == whole and rows[0][1] != "-"
 
 
 def test_only_global_rank_0_of_a_job_opens_the_summary_private_under_the_job_umask(tmp_path):

@@ -98,7 +98,7 @@ class StepTap:
 
     def write(self, text: str) -> int:
         n = self._stream.write(text)
-        if self._fd >= 0 and ("\n" in text or self._held):
+        if self._fd >= 0:
             with self._lock:
                 data = self._held + text
                 cut = data.rfind("\n") + 1
