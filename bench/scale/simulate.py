@@ -82,6 +82,8 @@ def write_log(
     reader that scans the middle meets GBs without a newline and shows it."""
     name = name or f"scale-{nodes}n"
     tap, fd = _summary_writer(out) if summary else (None, -1)
+    if tap is None and summary:
+        print(f"simulate.py: this jobkit has no step summary: {out} gets none", file=sys.stderr)
     with open(out, "w", encoding="utf-8", buffering=8 << 20) as fh:
         fh.write("\n".join(header(job_id, name, nodes, steps)) + "\n")
         for r in range(nodes):
@@ -134,7 +136,10 @@ class _Sink:
 
 def _summary_writer(out: Path):
     """A StepTap onto the job dir's steps.tsv (a fresh one), as global rank 0's `jobkit launch` opens it."""
-    from jobkit.core import step_summary  # the jobkit of this checkout (PYTHONPATH) or the measured venv's
+    try:
+        from jobkit.core import step_summary  # the jobkit of this checkout (PYTHONPATH) or the measured venv's
+    except ImportError:  # a jobkit from before it (SCALE_PYTHON of an older checkout), which would not read it
+        return None, -1
 
     job_dir = out.with_suffix("")
     job_dir.mkdir(exist_ok=True)
