@@ -81,7 +81,7 @@ def write_log(
     their size (a sparse file: NUL bytes on reading, no disk), so a 24 h log's ends can be read on a small disk; a
     reader that scans the middle meets GBs without a newline and shows it."""
     name = name or f"scale-{nodes}n"
-    tap, fd = _summary_writer(out) if summary else (None, -1)
+    tap, written = _summary_writer(out) if summary else (None, None)
     if tap is None and summary:
         print(f"simulate.py: this jobkit has no step summary: {out} gets none", file=sys.stderr)
     with open(out, "w", encoding="utf-8", buffering=8 << 20) as fh:
@@ -124,8 +124,8 @@ def write_log(
                 f"{wall % 60}s\n  Status: {status} (exit {0 if status == 'SUCCESS' else 1})\n=====================\n"
             )
     os.utime(out, (t, t))
-    if tap is not None:
-        os.close(fd)
+    if written is not None:
+        written.close()
     return out.stat().st_size
 
 
@@ -139,13 +139,13 @@ def _summary_writer(out: Path):
     try:
         from jobkit.core import step_summary  # the jobkit of this checkout (PYTHONPATH) or the measured venv's
     except ImportError:  # a jobkit from before it (SCALE_PYTHON of an older checkout), which would not read it
-        return None, -1
+        return None, None
 
     job_dir = out.with_suffix("")
     job_dir.mkdir(exist_ok=True)
     (job_dir / step_summary.NAME).unlink(missing_ok=True)
-    fd = step_summary.open_summary({"JOB_WORKSPACE": str(job_dir.parent), "JOB_DIR": job_dir.name, "NODE_RANK": "0"})
-    return step_summary.StepTap(_Sink(), fd), fd
+    summary = step_summary.open_summary({"JOB_WORKSPACE": str(job_dir.parent), "JOB_DIR": job_dir.name})
+    return step_summary.StepTap(_Sink(), summary), summary
 
 
 def write_workspace(ws: Path, jobs: int, nodes: int, steps: int) -> None:

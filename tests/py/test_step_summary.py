@@ -72,8 +72,8 @@ def test_summary_line_keeps_the_fields_as_the_line_spells_them_and_skips_other_l
 
 def test_the_tap_passes_text_through_unchanged_and_appends_one_line_per_whole_step_line(tmp_path):
     out = io.StringIO()
-    fd = os.open(tmp_path / "s.tsv", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-    tap = step_summary.StepTap(out, fd)
+    summary = step_summary.Summary(os.open(tmp_path / "s.tsv", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600))
+    tap = step_summary.StepTap(out, summary)
     text = "startup\n" + step_line(0, 1)[3:] + step_line(0, 2)[3:] + "done\n"
     tap.write("startup\n")  # a write that ends a line, then a step line in pieces (its absl prefix cut too)
     for s in (1, 2):
@@ -81,7 +81,7 @@ def test_the_tap_passes_text_through_unchanged_and_appends_one_line_per_whole_st
         for piece in (line[:4], line[4:30], line[30:77], line[77:]):
             tap.write(piece)
     tap.write("done\n")
-    os.close(fd)
+    summary.close()
     assert out.getvalue() == text
     rows = [r.split("\t") for r in (tmp_path / "s.tsv").read_text().splitlines()]
     whole = [step_summary.summary_line(step_line(0, s)[3:]).rstrip("\n").split("\t") for s in (1, 2)]
@@ -98,13 +98,29 @@ def test_only_global_rank_0_of_a_job_opens_the_summary_private_under_the_job_uma
     assert not (tmp_path / "1-j" / step_summary.NAME).exists()
     old = os.umask(0o077)
     try:
-        fd = step_summary.open_summary({**job, "GLOBAL_RANK": "0", "NODE_RANK": "1"})
+        summary = step_summary.open_summary({**job, "GLOBAL_RANK": "0", "NODE_RANK": "1"})
     finally:
         os.umask(old)
-    os.close(fd)
+    summary.close()
     path = tmp_path / "1-j" / step_summary.NAME
     assert path.read_text() == step_summary.FIRST_LINE
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
+
+
+def test_a_summary_that_cannot_be_written_stops_alone_and_training_output_goes_on(tmp_path):
+    """A full disk (here: a descriptor of /dev/full) ends the summary for both streams' taps; their text still
+    reaches the streams, and no tap writes to the closed descriptor's number again."""
+    full = os.open("/dev/full", os.O_WRONLY)
+    summary = step_summary.Summary(full)
+    out, err = io.StringIO(), io.StringIO()
+    taps = step_summary.StepTap(out, summary), step_summary.StepTap(err, summary)
+    for tap in taps:
+        tap.write(step_line(0, 1)[3:])
+    assert summary.fd == -1
+    with pytest.raises(OSError):
+        os.fstat(full)  # closed, once
+    taps[0].write(step_line(0, 2)[3:])
+    assert out.getvalue() == step_line(0, 1)[3:] + step_line(0, 2)[3:] and err.getvalue() == step_line(0, 1)[3:]
 
 
 def test_a_symlink_planted_at_the_summary_is_not_followed(tmp_path):

@@ -83,13 +83,41 @@ def rank_zero(env) -> bool:
     return raw == "0"
 
 
-class StepTap:
-    """A text-stream proxy that appends a summary line to FD for each whole `completed step` line written
-    through it; the text itself goes on to the wrapped stream unchanged. A write error stops the summary (the
-    readers then fall back to the log), never the training."""
+class Summary:
+    """The summary file's one descriptor, shared by the taps on stdout and stderr. A write error closes it once
+    and stops the summary (the readers then fall back to the log), never the training; no tap writes to the
+    descriptor's number after that (it may be another file's by then)."""
 
-    def __init__(self, stream, fd: int):
-        self._stream, self._fd, self._held = stream, fd, ""
+    def __init__(self, fd: int):
+        self.fd = fd
+        self.lock = threading.Lock()
+
+    def append(self, line: str) -> None:
+        with self.lock:
+            if self.fd < 0:
+                return
+            try:
+                os.write(self.fd, line.encode())
+            except OSError:
+                fd, self.fd = self.fd, -1
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+
+    def close(self) -> None:
+        with self.lock:
+            fd, self.fd = self.fd, -1
+        if fd >= 0:
+            os.close(fd)
+
+
+class StepTap:
+    """A text-stream proxy that appends a summary line to SUMMARY for each whole `completed step` line written
+    through it; the text itself goes on to the wrapped stream unchanged."""
+
+    def __init__(self, stream, summary: Summary):
+        self._stream, self._summary, self._held = stream, summary, ""
         self._lock = threading.Lock()
 
     @property
@@ -98,7 +126,7 @@ class StepTap:
 
     def write(self, text: str) -> int:
         n = self._stream.write(text)
-        if self._fd >= 0:
+        if self._summary.fd >= 0:
             with self._lock:
                 data = self._held + text
                 cut = data.rfind("\n") + 1
@@ -106,15 +134,8 @@ class StepTap:
                 for line in data[:cut].splitlines():
                     out = summary_line(line)
                     if out is not None:
-                        self._append(out)
+                        self._summary.append(out)
         return n
-
-    def _append(self, out: str) -> None:
-        try:
-            os.write(self._fd, out.encode())
-        except OSError:
-            os.close(self._fd)
-            self._fd = -1
 
     def writelines(self, lines) -> None:
         for line in lines:
@@ -127,9 +148,9 @@ class StepTap:
         return getattr(self._stream, name)
 
 
-def open_summary(env) -> int | None:
-    """A descriptor appending to the job dir's summary for this process, when it is global rank 0 of a job
-    (JOB_WORKSPACE/JOB_DIR name an existing dir), else None. The first line is written when the file is new."""
+def open_summary(env) -> Summary | None:
+    """The job dir's summary, appended to, for this process when it is global rank 0 of a job (JOB_WORKSPACE and
+    JOB_DIR name an existing dir), else None. The first line is written when the file is new."""
     ws, job_dir = env.get("JOB_WORKSPACE", ""), env.get("JOB_DIR", "")
     if not (ws and job_dir and rank_zero(env)):
         return None
@@ -142,7 +163,7 @@ def open_summary(env) -> int | None:
             os.write(fd, FIRST_LINE.encode())
     except OSError:
         return None
-    return fd
+    return Summary(fd)
 
 
 def read(path: str | Path) -> tuple[dict[int, list], str | None]:

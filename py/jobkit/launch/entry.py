@@ -4,8 +4,9 @@ Its arguments are parsed by hand, not by click: everything after the config goes
 MaxText's own keys may look like options to a parser.
 
 Steps: check the settings (jax_distributed.plan); decide MFU and say so in one line; on global rank 0, wrap
-stdout/stderr to keep the job's step summary (core.step_summary); wrap them for MFU; import MaxText's train module (PyPI `maxtext` or a source tree's `MaxText`); keep secret config keys
-out of its TensorBoard text summaries (tb_redact); for a multi-node run, start JAX's distributed runtime
+stdout/stderr to keep the job's step summary (core.step_summary); wrap them for MFU; import MaxText's train
+module (PyPI `maxtext` or a source tree's `MaxText`); keep secret config keys out of its TensorBoard text
+summaries (tb_redact); for a multi-node run, start JAX's distributed runtime
 with JAX_HEARTBEAT_TIMEOUT's heartbeat and tell MaxText to skip its own (jax_distributed); run its `main`
 through absl like MaxText's own `__main__` does; then leave with os._exit so atexit handlers (JAX
 distributed shutdown and friends, seen to hang for minutes) cannot keep a finished job alive.
@@ -160,10 +161,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(setup.banner(), flush=True)
     # Global rank 0 keeps the job's step summary (core.step_summary); the MFU wrapper goes outside it, so the
     # summary sees the lines as the log does, MFU field included.
-    fd = step_summary.open_summary(os.environ)
-    if fd is not None:
-        sys.stdout = step_summary.StepTap(sys.stdout, fd)
-        sys.stderr = step_summary.StepTap(sys.stderr, fd)
+    summary = step_summary.open_summary(os.environ)
+    if summary is not None:
+        sys.stdout = step_summary.StepTap(sys.stdout, summary)
+        sys.stderr = step_summary.StepTap(sys.stderr, summary)
     if setup.peak is not None:
         mfu_stream.install(setup.peak)
 
