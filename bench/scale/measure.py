@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Usage: bench/scale/measure.py WORKDIR [--nodes 8,64,256,512] [--steps 1000] [--big-steps 4000] [--jobs 5000] [--ops OP,..]
+"""Usage: bench/scale/measure.py WORKDIR [--nodes 8,64,256,512] [--steps 1000] [--big-steps 4000] [--jobs 5000] [--ops OP,..] [--day-steps S]
 Summary: Time and peak memory of every per-job operation at N nodes, and the model fitted to them (report.sh prints it)
 
 For each N: simulate.py's job log of N ranks x STEPS steps in a workspace of its own, then each operation as a
@@ -13,7 +13,9 @@ of $SCALE_PYTHON (another checkout's venv python, to compare; default this venv'
 Side by side: SCALE_BEFORE=<another checkout's py/ dir> runs each log operation first with that jobkit (its
 PYTHONPATH) on the same log, just before this one, its rows marked "side": "before" (table.py shows them as
 `before -> after`). --ops tgs,analyze,...: only those log operations, and nothing else (no monitor, watchdog,
-stacks or workspace).
+stacks or workspace). --day-steps 86400: the log operations also on a log of that many steps at the largest N,
+written with a sparse middle (simulate.py --hole: its ends and its step summary are real, its middle a hole of
+the right size), this jobkit only: it shows what a reader of a 24 h log's ends and summary costs, measured.
 Not part of CI. Everything is written under WORKDIR.
 """
 
@@ -62,11 +64,13 @@ def emit(op: str, nodes: int, steps: int, wall: float, rss: float, cpu: float, *
     print(json.dumps(row), flush=True)
 
 
-def log_ops(root: Path, nodes: int, steps: int, quick: bool = False, only: list[str] | None = None) -> None:
+def log_ops(
+    root: Path, nodes: int, steps: int, quick: bool = False, only: list[str] | None = None, hole: bool = False
+) -> None:
     ws = root / f"ws-{nodes}n-{steps}s"
     ws.mkdir(parents=True)
     log = ws / f"900001-scale-{nodes}n.log"
-    size = simulate.write_log(log, nodes, steps, "SUCCESS")
+    size = simulate.write_log(log, nodes, steps, "SUCCESS", hole=hole)
     out = root / "out"
     ops = {
         "verdict": jobkit("tgs", "--line", str(log), "--status", "SUCCESS", "--exit-code", "0"),
@@ -78,19 +82,20 @@ def log_ops(root: Path, nodes: int, steps: int, quick: bool = False, only: list[
         "dashboard": jobkit("dashboard", "--workspace", str(ws), "-o", str(out / "d.html")),
     }
     for op, cmd in ops.items():
-        if (quick and op in ("analyze", "compare", "dashboard")) or (only and op not in only):
+        # the big point: analyze, compare and the dashboard only when --ops names them (minutes each, before)
+        if (quick and not only and op in ("analyze", "compare", "dashboard")) or (only and op not in only):
             continue
-        if BEFORE:
+        if BEFORE and not hole:  # a reader of every line would scan the hole's GBs of NULs
             wall, rss, cpu, _ = child(cmd, {"PYTHONPATH": BEFORE})
             emit(op, nodes, steps, wall, rss, cpu, log_bytes=size, side="before")
         wall, rss, cpu, _ = child(cmd)
-        emit(op, nodes, steps, wall, rss, cpu, log_bytes=size)
-    if only:
+        emit(op, nodes, steps, wall, rss, cpu, log_bytes=size, **({"hole": True} if hole else {}))
+    if only or hole:
         log.unlink()
         return
     # The monitor over the same job, still running (no JOB SUMMARY): its first poll reads the whole log.
     running = ws / f"900002-scale-{nodes}n.log"
-    simulate.write_log(running, nodes, steps, "none", job_id="900002")
+    simulate.write_log(running, nodes, steps, "none", job_id="900002", summary=False)
     wall, rss, cpu, text = child([PYTHON, str(HERE / "measure.py"), "--monitor", str(ws), str(nodes)])
     first, later = (float(x) for x in text.split()[-2:])
     emit("monitor poll (first)", nodes, steps, first, rss, first)
@@ -189,13 +194,14 @@ def main() -> int:
     ap.add_argument("--steps", type=int, default=1000)
     ap.add_argument("--big-steps", type=int, default=4000)
     ap.add_argument("--jobs", type=int, default=5000)
+    ap.add_argument("--day-steps", type=int, default=0, help="also a sparse log (simulate --hole) of this many steps")
     ap.add_argument("--ops", default="", help="only these log operations (comma-separated), nothing else")
     args = ap.parse_args()
     only = [op for op in args.ops.split(",") if op]
     root = args.workdir
     root.mkdir(parents=True, exist_ok=True)
     nodes_list = [int(n) for n in args.nodes.split(",")]
-    for nodes in nodes_list:
+    for nodes in nodes_list if args.steps else []:  # --steps 0: only the big and day points
         log_ops(root, nodes, args.steps, only=only)
         if only:
             continue
@@ -216,6 +222,8 @@ def main() -> int:
         emit("stacks collection", nodes, 0, float(took), rss, float(took), stack_bytes=int(size))
     if args.big_steps:
         log_ops(root, max(nodes_list), args.big_steps, quick=True, only=only)
+    if args.day_steps:
+        log_ops(root, max(nodes_list), args.day_steps, only=only, hole=True)
     if args.jobs and not only:
         ws = root / "ws-many"
         simulate.write_workspace(ws, args.jobs, 8, 30)

@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# Usage: bench/scale/report.sh [--nodes 8,64,256,512] [--steps 1000] [--big-steps 4000] [--jobs 5000] [--before FILE]
+# Usage: bench/scale/report.sh [--nodes 8,64,256,512] [--steps 1000] [--big-steps 4000] [--jobs 5000] [--day-steps 86400] [--before FILE]
 # Summary: Prints the Scale table: time and peak memory of every per-job operation at 8 to 512 simulated nodes
 #
 # Simulates (bench/scale/simulate.py) the job log of N ranks x STEPS steps for each N, the largest point
 # 512 x BIG_STEPS, hang stacks of N hosts and a workspace of JOBS jobs, times each operation on them
 # (bench/scale/measure.py: the end-of-run verdict, tgs, why, jobs, analyze, compare, dashboard, a monitor poll,
 # a hang-watchdog look, the stacks collection) and prints one table (bench/scale/table.py) with the growth
-# order and the model's prediction at 512 nodes x 24 h. Then the live scrape (bench/scale/scrape.py: the job's
+# order and the model's prediction at 512 nodes x 24 h, or, for the log readers, their measurement on a
+# 512 x DAY_STEPS log whose middle is a sparse hole (its ends and step summary are real; 0: none). Then the live scrape (bench/scale/scrape.py: the job's
 # Prometheus scraping N loopback endpoints that serve a recorded 8-GPU node's exporter page, ~100 s per N, at 5 s
 # and at the job's interval by node count; SCALE_SCRAPE=0 skips it, ~15 min). --before FILE: a results file of an earlier run (kept
 # with SCALE_KEEP=FILE) shown as `before -> after`. SCALE_PYTHON=<another checkout's .venv/bin/python>
@@ -23,7 +24,7 @@ while (($#)); do
   case $1 in
     --before) [[ -r ${2:-} ]] || { echo "report.sh: --before needs a readable results file, got '${2:-}'" >&2; exit 2; }
       before=$2; shift 2 ;;
-    --nodes|--steps|--big-steps|--jobs) [[ -n ${2:-} ]] || { echo "report.sh: $1 needs a value" >&2; exit 2; }
+    --nodes|--steps|--big-steps|--jobs|--day-steps) [[ -n ${2:-} ]] || { echo "report.sh: $1 needs a value" >&2; exit 2; }
       args+=("$1" "$2"); shift 2 ;;
     *) echo "report.sh: unknown argument '$1'; see --help" >&2; exit 2 ;;
   esac
@@ -39,7 +40,7 @@ source "$HERE/../../utils/lib/process.sh"
 PY=$(proc_python "$HERE/../..")
 WORK=$(mktemp -d /tmp/scale-XXXXXX)
 trap 'rm -rf "$WORK"' EXIT
-"$PY" "$HERE/measure.py" "$WORK/run" "${args[@]}" >"$WORK/results.jsonl"
+"$PY" "$HERE/measure.py" "$WORK/run" --day-steps 86400 "${args[@]}" >"$WORK/results.jsonl"  # a later --day-steps wins
 if [[ ${SCALE_SCRAPE:-1} != 0 ]]; then
   "$PY" "$HERE/scrape.py" "$WORK/scrape" --nodes "$(nodes_arg "${args[@]}")" >>"$WORK/results.jsonl"
 fi

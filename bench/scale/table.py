@@ -8,7 +8,8 @@ time = a + b*lines and RSS = c + d*lines, fitted by least squares to every measu
 STEPS steps and the largest, 512 x BIG_STEPS); an operation that no longer grows (O(1) between the largest
 node counts: it reads a big log at its ends) is predicted at its largest measured point. With BEFORE, each cell is
 `before -> after`; so it is with one RESULTS file whose rows include measure.py's side-by-side ("side":
-"before") rows. The limits (issue 24): 1 min and 2 GB on a login node, 1 % of a core per node for the watchdog.
+"before") rows. A row measured on a sparse 512 x 86,400-step log (measure.py --day-steps, "hole") replaces the
+prediction with that measurement (marked *). The limits (issue 24): 1 min and 2 GB on a login node, 1 % of a core per node for the watchdog.
 Rows of scrape.py (op "prometheus scrape", the live scrape) are printed after it, per scrape interval measured:
 Prometheus CPU, RSS and scrape duration, TSDB and WAL bytes per hour at each node count, the model fitted to
 them (scrape_model) and its prediction at 512 nodes x 24 h.
@@ -63,7 +64,10 @@ def summarize(results: list[dict]) -> dict[str, dict]:
     out: dict[str, dict] = {}
     ops = list(dict.fromkeys(r["op"] for r in results))
     for op in ops:
-        rows = [r for r in results if r["op"] == op]
+        rows = [r for r in results if r["op"] == op and not r.get("hole")]
+        day = next((r for r in results if r["op"] == op and r.get("hole")), None)  # measure.py --day-steps
+        if not rows:
+            continue
         small = min(r["steps"] for r in rows)
         cells = {r["nodes"]: r for r in rows if r["steps"] == small}
         big = next((r for r in rows if r["steps"] > small), None)
@@ -78,9 +82,14 @@ def summarize(results: list[dict]) -> dict[str, dict]:
                 per_line = max(r.get("log_bytes", 0) / max(r["nodes"] * r["steps"], 1) for _, r in pts) or 240
                 target = min(target, MONITOR_READ_LIMIT / per_line)
             entry["pred"] = (a + b * target, c + d * target)
-            if entry["order"] == "O(1)":  # read at its ends past logparse.BIG_LOG: the largest point holds
+            same = cells.get(big["nodes"]) if big else None
+            flat_in_steps = big is None or same is None or big["wall"] <= 2 * same["wall"]  # not noise in nodes
+            if entry["order"] == "O(1)" and flat_in_steps:  # read at its ends past BIG_LOG: the largest point holds
                 top = max(rows, key=lambda r: r["nodes"] * r["steps"])
                 entry["pred"] = (top["wall"], top["rss"])
+            if day is not None and (day["nodes"], day["steps"]) == (TARGET_NODES, TARGET_STEPS):
+                entry["pred"] = (day["wall"], day["rss"])  # measured on a sparse 24 h log: no model needed
+                entry["measured"] = True
         out[op] = entry
     return out
 
@@ -200,7 +209,7 @@ def main() -> int:
         big = both(e["big"], b["big"] if b else None) if e["big"] else "-"
         pred = "-"
         if e["pred"]:
-            now = f"{e['pred'][0]:.0f}s {e['pred'][1]:.0f}MB"
+            now = f"{e['pred'][0]:.0f}s {e['pred'][1]:.0f}MB" + ("*" if e.get("measured") else "")
             pred = f"{b['pred'][0]:.0f}s {b['pred'][1]:.0f}MB -> {now}" if b and b["pred"] else now
         if op == "watchdog look":
             top = e["cells"][max(e["cells"])]
@@ -213,6 +222,8 @@ def main() -> int:
         "cells: wall time and peak RSS of the command (watchdog look: CPU per look, 2 steps of every rank);"
         f" pred: a + b*(nodes x steps) fitted to the measured points, at {TARGET_NODES} x {TARGET_STEPS} steps"
     )
+    if any(e.get("measured") for e in after.values()):
+        print("*: measured on a 512 x 86400-step log with a sparse middle (measure.py --day-steps), not predicted")
     if scrape:
         print()
         scrape_table(scrape)

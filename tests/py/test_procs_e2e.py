@@ -20,6 +20,8 @@ from launch_env import launcher_env
 from prom_query import View, free_port
 from slurm_cluster import job_env, local_cluster, read, submit_job, wait_for  # noqa: F401  (local_cluster: fixture)
 
+from jobkit.core import step_summary
+
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.e2e  # every test here trains MaxText for real
 
@@ -83,6 +85,22 @@ def test_run_local_with_two_processes_trains_both_with_their_own_device(tmp_path
     job_id = header(text)["JOB_ID"]
     assert_passed(text, 1, job_id)
     assert live_processes_of(job_id) == []
+    assert_step_summary(log, text)
+
+
+def assert_step_summary(log: Path, text: str) -> None:
+    """The job dir's steps.tsv holds one line per step, global rank 0's alone (rank 1's lines are not in it),
+    with the fields its log line has, in a file only the owner can read (the default JOB_UMASK, 077)."""
+    summary = log.with_suffix("") / step_summary.NAME
+    lines = summary.read_text().splitlines()
+    assert lines[0] + "\n" == step_summary.FIRST_LINE
+    rows = [line.split("\t") for line in lines[1:]]
+    assert [int(r[0]) for r in rows] == list(range(6)), lines
+    rank0 = [m for m in re.finditer(r"^\[rank0\]: (.*completed step: \d+, .*)$", text, re.M)]
+    for row, m in zip(rows, rank0, strict=True):
+        assert step_summary.summary_line(m.group(1)).rstrip("\n").split("\t")[2:] == row[2:], (row, m.group(0))
+        assert row[1] != "-" and row[2:] != ["-"] * 5
+    assert summary.stat().st_mode & 0o777 == 0o600
 
 
 def ended(text: str) -> str:

@@ -158,6 +158,9 @@ def _steps(facts: JobFacts) -> dict:
         "first": points[0].step if points else None,
         "last": points[-1].step if points else None,
         "entries_per_step": s.entries_per_step if s else 0,
+        # a big log's middle steps read from the job's step summary (global rank 0's values), or why it was not
+        **({"from_step_summary": list(facts.log.summarized)} if facts.log.summarized else {}),
+        **({"step_summary_note": facts.log.summary_note} if facts.log.summary_note else {}),
         "per_step": [
             {
                 "step": p.step,

@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from jobkit.core import failures, logparse, tgs
+from jobkit.core import failures, logparse, step_summary, tgs
 from jobkit.core.config import default_yml
 from jobkit.observe import hang_tsdb
 from jobkit.observe.log_steps import series_after
@@ -68,7 +68,7 @@ class JobFacts:
 
 def load(log_path: Path, yml_path: str | None = None) -> JobFacts:
     try:
-        log = logparse.load(str(log_path))
+        log = step_summary.load(str(log_path))
         text = read_text(log_path)
     except logparse.LogError as e:
         raise JobReadError(str(e)) from None
@@ -77,8 +77,11 @@ def load(log_path: Path, yml_path: str | None = None) -> JobFacts:
     job_dir = log_path.with_suffix("") if log_path.name.endswith(".log") else log_path.parent
     # The same steady window and profiler exclusion as `jobkit tgs` (the model's yml names the profiler steps).
     summary = tgs.summarize(log, tgs.DEFAULT_STEADY, yml_path or default_yml(log.header)) if log.has_steps else None
-    steps = series_after(str(log_path), None).get(STEP_METRIC, (None, []))[1]
-    step_times = {int(v): ms / 1000.0 for ms, v in steps}
+    if log.summarized:  # rank 0's times are in the step summary: the big log is not read again for them
+        step_times = {step: ms / 1000.0 for step, ms in sorted(log.step_ms.items())}
+    else:
+        steps = series_after(str(log_path), None).get(STEP_METRIC, (None, []))[1]
+        step_times = {int(v): ms / 1000.0 for ms, v in steps}
     tb, tb_problem = _tb_scalars(job_dir)
     facts = JobFacts(log_path, job_dir, log, text, summary, step_times, tb, tb_problem)
     facts.stages = _stages(text, step_times)
@@ -104,11 +107,18 @@ def read_text(log_path: Path) -> str:
     """The log's text for the readers of its other lines (stages, provenance, the first absl time, the MFU note):
     its first TEXT_HEAD characters whole, then every line but the step lines (`log` holds them, folded), once an
     absl time has been seen (the first one may be a step line's). What those readers find is what they would in
-    the whole text, in memory that does not grow with ranks x steps (512 x 86,400 step lines are ~10 GB)."""
+    the whole text, in memory that does not grow with ranks x steps (512 x 86,400 step lines are ~10 GB).
+    A log of logparse.BIG_LOG bytes or more: its head and its last END_BYTES only (the stages run before and after
+    training; the lines printed between the first steps and the end, a checkpoint's, are left out), so that its
+    ~10 GB are not scanned line by line."""
     with open(log_path, encoding="utf-8", errors="replace") as fh:
         head = fh.read(TEXT_HEAD)
         parts = [head, fh.readline()]  # the rest of a line the head cut
         timed = _ABSL_TIME.search(head) is not None
+        size = os.fstat(fh.fileno()).st_size
+        if size >= logparse.BIG_LOG and fh.tell() < size - logparse.END_BYTES:
+            fh.seek(size - logparse.END_BYTES)
+            fh.readline()  # a line the seek cut
         for line in fh:
             if "completed step:" in line and timed:
                 continue

@@ -1,6 +1,7 @@
 """core: what every other subpackage stands on. Runs anywhere (training node, login node, container host).
 
   logparse    a job log: KEY=VALUE header, MaxText step lines, JOB SUMMARY footer
+  step_summary  the job dir's steps.tsv: a line per step, written by global rank 0 while training; big logs' readers use it
   tgs         throughput (tokens/s/device) over step windows, the end-of-run line
   verdict     a finished run's PASS / STOPPED / FAIL (<class>) word
   metrics_state  whether a RAY=1 job's metrics were on: its TSDB, or off and the log's reason (one decision)

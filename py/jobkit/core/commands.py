@@ -6,7 +6,7 @@ import os
 
 import click
 
-from jobkit.core import clitypes, logparse, metrics_state, tgs
+from jobkit.core import clitypes, logparse, metrics_state, step_summary, tgs
 from jobkit.core.config import default_yml
 from jobkit.core.errors import EXIT_BAD_INPUT, EXIT_CANNOT_RUN, EXIT_NO_NNODES, EXIT_NO_STEPS, JobkitError
 from jobkit.core.paths import workspace, workspace_problem
@@ -14,12 +14,16 @@ from jobkit.core.verdict import STATUSES, verdict
 
 
 def load_log(
-    command: str, path: str, not_a_log_code: int = EXIT_BAD_INPUT, first_steps: int | None = None
+    command: str, path: str, not_a_log_code: int = EXIT_BAD_INPUT, first_steps: int | None = None, steps: bool = True
 ) -> logparse.JobLog:
     """The job log at PATH, or a JobkitError naming the file and what is wrong with it (NOT_A_LOG_CODE for a
-    file that is not a job log). FIRST_STEPS: a big log's ends only (logparse.parse_ends)."""
+    file that is not a job log). FIRST_STEPS: a big log's ends only (logparse.parse_ends); else STEPS (every
+    step wanted): a big log's ends and the job's step summary between them where it can be used (step_summary),
+    not STEPS: every line of the log."""
     try:
-        return logparse.load(path, first_steps)
+        if first_steps is not None:
+            return logparse.load(path, first_steps)
+        return step_summary.load(path) if steps else logparse.load(path)
     except logparse.NotAJobLog as exc:
         raise JobkitError(command, str(exc), not_a_log_code) from None
     except logparse.LogError as exc:
@@ -162,7 +166,7 @@ def metrics_state_command(logs, ws, only_off, summary):
     if summary:
         if len(logs) != 1:
             raise JobkitError("metrics-state", "--summary takes one job log; pass <JOB_WORKSPACE>/<JOB_DIR>.log")
-        log = load_log("metrics-state", logs[0])
+        log = load_log("metrics-state", logs[0], steps=False)  # its first `[observability]` line, wherever it is
         found = metrics_state.state(log.header, log.metrics_off, metrics_state.job_dir_of(logs[0]), ended=True)
         if found.summary_value():
             click.echo(found.summary_value())

@@ -158,6 +158,11 @@ class JobLog:
     footer_exit: int | None = None
     metrics_off: str | None = None  # why a RAY=1 job's metrics were off, as its first such line says (metrics_state)
     partial: bool = False  # parse_ends: steps hold the first steps and the last END_BYTES' steps, not every step
+    # step_summary.load: the steps (first, last) filled from the job's step summary (rank 0's values), their
+    # rank 0 times (step -> unix ms), or why the summary was not used (the log was then read whole)
+    summarized: tuple[int, int] | None = None
+    step_ms: dict[int, int] = field(default_factory=dict)
+    summary_note: str | None = None
 
     @property
     def has_steps(self) -> bool:

@@ -265,6 +265,15 @@ def _notes(s: Summary) -> list[str]:
         out.append(
             f"resumed at step {s.first_step}: the steady window {a}-{b} counts from this attempt's first step{moved}"
         )
+    if s.log.summarized:
+        first, last = s.log.summarized
+        out.append(
+            f"steps {first}-{last} are global rank 0's values from the job's step summary (steps.tsv), the others "
+            "the mean of every rank's lines: the log is too big to read each line (synchronous steps take the same "
+            "time on every rank)"
+        )
+    elif s.log.summary_note:
+        out.append(s.log.summary_note)
     warm, steady = s.windows["warmup"].stats("tgs"), s.windows["steady"].stats("tgs")
     if warm and steady and warm.mean > steady.mean:
         span = s.windows["warmup"].span

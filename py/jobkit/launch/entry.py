@@ -3,9 +3,10 @@
 Its arguments are parsed by hand, not by click: everything after the config goes to MaxText untouched, and
 MaxText's own keys may look like options to a parser.
 
-Steps: check the settings (jax_distributed.plan); decide MFU and say so in one line; wrap stdout/stderr
-for MFU; import MaxText's train module (PyPI `maxtext` or a source tree's `MaxText`); keep secret config keys
-out of its TensorBoard text summaries (tb_redact); for a multi-node run, start JAX's distributed runtime
+Steps: check the settings (jax_distributed.plan); decide MFU and say so in one line; on global rank 0, wrap
+stdout/stderr to keep the job's step summary (core.step_summary); wrap them for MFU; import MaxText's train
+module (PyPI `maxtext` or a source tree's `MaxText`); keep secret config keys out of its TensorBoard text
+summaries (tb_redact); for a multi-node run, start JAX's distributed runtime
 with JAX_HEARTBEAT_TIMEOUT's heartbeat and tell MaxText to skip its own (jax_distributed); run its `main`
 through absl like MaxText's own `__main__` does; then leave with os._exit so atexit handlers (JAX
 distributed shutdown and friends, seen to hang for minutes) cannot keep a finished job alive.
@@ -20,6 +21,7 @@ import sys
 import traceback
 from collections.abc import Sequence
 
+from jobkit.core import step_summary
 from jobkit.core.errors import EXIT_SETUP
 from jobkit.core.hang_settings import SettingsError
 from jobkit.launch import jax_distributed, mfu, mfu_stream, tb_redact
@@ -132,8 +134,12 @@ def _point_absl_at(stream) -> None:
     if absl_logging is None:
         return
     handler = absl_logging.get_absl_handler().python_handler
-    if isinstance(stream, mfu_stream.MfuStream) and handler.stream is stream.wrapped:
-        handler.stream = stream
+    inner = stream
+    while isinstance(inner, (mfu_stream.MfuStream, step_summary.StepTap)):
+        inner = inner.wrapped
+        if handler.stream is inner:
+            handler.stream = stream
+            return
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -153,6 +159,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     setup = mfu.decide(overrides, config)
     print(setup.banner(), flush=True)
+    # Global rank 0 keeps the job's step summary (core.step_summary); the MFU wrapper goes outside it, so the
+    # summary sees the lines as the log does, MFU field included.
+    summary = step_summary.open_summary(os.environ)
+    if summary is not None:
+        sys.stdout = step_summary.StepTap(sys.stdout, summary)
+        sys.stderr = step_summary.StepTap(sys.stderr, summary)
     if setup.peak is not None:
         mfu_stream.install(setup.peak)
 
