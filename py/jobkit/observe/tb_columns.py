@@ -6,7 +6,7 @@ where each record starts; everything else is done on columns: the length CRCs (o
 Event bytes of every record of one length gathered into a matrix, its wall time, step varint and float read by
 offset, and its tag learned from the bytes between step and float (the same "shape" rule as
 ScalarReader.read_tuples: the first record of each shape is decoded with protobuf and must be a plain
-simple_value summary). The record CRCs are checked one by one (the C CRC, ~0.3 us each).
+simple_value summary). The record CRCs are checked by column where a length has many records (see _data_crcs).
 
 read_columns returns None, and the caller reads the file the slow way, whenever the file is anything but a
 clean run of such events (plus records that hold no scalar at all, like the file_version event and text
@@ -26,43 +26,113 @@ _HEADER = struct.Struct("<QI")
 _MASK = np.uint64(0xFFFFFFFF)
 
 
-def _record_starts(buf: bytes) -> tuple[list[int], list[int], int]:
-    """(offset, data length) of every complete record of BUF, and where the rest (a record still being written,
-    or nothing) starts."""
+def _record_starts(buf: bytes) -> tuple[np.ndarray, np.ndarray, int]:
+    """(offsets, data lengths) of every complete record of BUF (int64 arrays), and where the rest (a record still
+    being written, or nothing) starts.
+
+    Event files repeat a pattern (one record per tag, the same lengths step after step): every _MIN_RUN records
+    the Python loop looks for a period in the last lengths it read, guesses that the rest of the file repeats it
+    and checks that by column; the loop goes on from the first record that breaks the pattern."""
     unpack = _HEADER.unpack_from
-    starts, lengths = [], []
-    add_start, add_length = starts.append, lengths.append
+    if len(buf) < 16:  # not even an empty record
+        return np.zeros(0, np.int64), np.zeros(0, np.int64), 0
+    lengths_at = np.lib.stride_tricks.sliding_window_view(np.frombuffer(buf, dtype=np.uint8), 8)
+    parts: list[tuple[np.ndarray, np.ndarray]] = []
+    starts: list[int] = []
+    lengths: list[int] = []
     pos, size = 0, len(buf)
     while size - pos >= 12:
         length = unpack(buf, pos)[0]
         end = pos + 16 + length
         if end > size:
             break
-        add_start(pos)
-        add_length(length)
+        starts.append(pos)
+        lengths.append(length)
         pos = end
-    return starts, lengths, pos
+        if len(starts) == _MIN_RUN:
+            period = next((p for p in range(1, _MIN_RUN // 2 + 1) if lengths[-p:] == lengths[-2 * p : -p]), None)
+            parts.append((np.array(starts, dtype=np.int64), np.array(lengths, dtype=np.int64)))
+            if period:
+                parts.append(_repeat(lengths_at, size, pos, lengths[-period:]))
+                if len(parts[-1][0]):
+                    pos = int(parts[-1][0][-1] + 16 + parts[-1][1][-1])
+            starts, lengths = [], []
+    parts.append((np.array(starts, dtype=np.int64), np.array(lengths, dtype=np.int64)))
+    return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts]), pos
+
+
+_MIN_RUN = 64  # records read one by one before each guess
+
+
+def _repeat(lengths_at, size, pos, pattern_lengths):
+    """(offsets, lengths) of the records from POS on while they repeat PATTERN_LENGTHS, in whole periods."""
+    pattern = np.array(pattern_lengths, dtype=np.int64) + 16
+    span = int(pattern.sum())
+    reps = (size - pos) // span
+    offsets = np.concatenate([[0], np.cumsum(pattern)[:-1]])
+    guess = (pos + np.arange(reps, dtype=np.int64)[:, None] * span + offsets).ravel()
+    found = lengths_at[guess].copy().view("<u8").ravel().astype(np.int64)
+    want = np.tile(pattern - 16, reps)
+    bad = np.flatnonzero(found != want)
+    good = len(guess) if not len(bad) else int(bad[0]) - int(bad[0]) % len(pattern)
+    return guess[:good], want[:good]
 
 
 def _crcs_ok(buf: bytes, arr: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> bool:
     """True when every record's length CRC and data CRC match."""
-    from jobkit.observe import tb_events
-
     windows = np.lib.stride_tricks.sliding_window_view(arr, 4)
     header_crc = windows[starts + 8].copy().view("<u4").ravel()
+    data_crc = windows[starts + 12 + lengths].copy().view("<u4").ravel()
     for length in np.unique(lengths).tolist():
-        expected = masked_crc32c(struct.pack("<Q", length))
-        if np.any(header_crc[lengths == length] != expected):
+        of_length = lengths == length
+        if np.any(header_crc[of_length] != masked_crc32c(struct.pack("<Q", length))):
             return False
+        computed = _data_crcs(buf, arr, starts[of_length] + 12, length).astype(np.uint64)
+        masked = (((computed >> np.uint64(15)) | (computed << np.uint64(17))) + np.uint64(0xA282EAD8)) & _MASK
+        if not np.array_equal(masked, data_crc[of_length]):
+            return False
+    return True
+
+
+def _data_crcs(buf: bytes, arr: np.ndarray, data_starts: np.ndarray, length: int) -> np.ndarray:
+    """The CRC-32C of each LENGTH-byte record data at DATA_STARTS (uint32).
+
+    Many records of one length are done as columns: for a fixed length the CRC is affine in the bits of the
+    data (crc(x) = crc(0) xor the XOR of one constant per set bit), so a table per 2-byte position (65536
+    entries, built from the 16 single-bit constants with the C CRC) gives each record's CRC as one gather and
+    an XOR across its positions, ~2.5x cheaper than a C call per record. Few records: a C call each."""
+    from jobkit.observe import tb_events
+
     crc32c = tb_events._crc32c or tb_events._tensorboard_crc32c
-    data_crc = windows[starts + 12 + lengths].copy().view("<u4")
-    computed = np.fromiter(
-        (crc32c(buf[a : a + n]) for a, n in zip((starts + 12).tolist(), lengths.tolist(), strict=True)),
-        dtype=np.uint64,
-        count=len(starts),
-    )
-    masked = (((computed >> np.uint64(15)) | (computed << np.uint64(17))) + np.uint64(0xA282EAD8)) & _MASK
-    return bool(np.all(masked == data_crc.ravel().astype(np.uint64)))
+    pairs = length // 2
+    if len(data_starts) < 64 * max(pairs, 1):  # building the tables would cost more than it saves
+        return np.fromiter(
+            (crc32c(buf[a : a + length]) for a in data_starts.tolist()), dtype=np.uint32, count=len(data_starts)
+        )
+    zero = crc32c(bytes(length))
+
+    def bit(position, b):
+        one = bytearray(length)
+        one[position] = 1 << b
+        return crc32c(bytes(one)) ^ zero
+
+    tables = np.empty((pairs, 65536), np.uint32)
+    for i in range(pairs):
+        table = np.zeros(1, np.uint32)
+        for b in range(16):  # bit b of the little-endian pair: byte 2i bits 0-7, then byte 2i+1
+            table = np.concatenate([table, table ^ np.uint32(bit(2 * i + b // 8, b % 8))])
+        tables[i] = table
+    rows = np.lib.stride_tricks.sliding_window_view(arr, length)[data_starts]
+    # one row per 2-byte position (the XOR then runs along whole rows, not across each short record)
+    words = np.ascontiguousarray(rows[:, : 2 * pairs]).view("<u2").T.astype(np.int32)
+    words += (np.arange(pairs, dtype=np.int32) * 65536)[:, None]
+    out = np.bitwise_xor.reduce(tables.ravel()[words], axis=0) ^ np.uint32(zero)
+    if length % 2:  # the odd last byte, by the same rule with a 256-entry table
+        table = np.zeros(1, np.uint32)
+        for b in range(8):
+            table = np.concatenate([table, table ^ np.uint32(bit(length - 1, b))])
+        out ^= table[rows[:, length - 1]]
+    return out
 
 
 def read_columns(path: str):
@@ -70,15 +140,13 @@ def read_columns(path: str):
     the tag of tag_index i), or None when the file needs the record-by-record reader (see the module docstring)."""
     with open(path, "rb") as f:
         buf = f.read()
-    starts_list, lengths_list, rest = _record_starts(buf)
+    starts, lengths, rest = _record_starts(buf)
     if len(buf) - rest >= 12 and masked_crc32c(buf[rest : rest + 8]) != _HEADER.unpack_from(buf, rest)[1]:
         return None  # a damaged length: the slow reader says so
     empty = ([], np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0), np.zeros(0))
-    if not starts_list:
+    if not len(starts):
         return empty
     arr = np.frombuffer(buf, dtype=np.uint8)
-    starts = np.array(starts_list, dtype=np.int64)
-    lengths = np.array(lengths_list, dtype=np.int64)
     if not _crcs_ok(buf, arr, starts, lengths):
         return None
     reader = ScalarReader(path)
