@@ -39,6 +39,12 @@ _INDEX_MAGIC = b"\xba\xaa\xd7\x00\x02"
 _TOMBSTONES = b"\x01\x30\xba\x30\x01\x00\x00\x00\x00"  # magic, version 1, the CRC of no entries
 _ULID_DIGITS = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
 _U64 = np.uint64
+# per dod bucket: control bits placed above the payload (buckets 0-3: one field), the payload masks, the widths
+_TIME_HEAD = np.array([0, 0b10 << 14, 0b110 << 17, 0b1110 << 20, 0b1111], _U64)
+_TIME_MASK_A = np.array([0, (1 << 14) - 1, (1 << 17) - 1, (1 << 20) - 1, 0], _U64)
+_TIME_WIDTH_A = np.array([1, 16, 20, 24, 4])
+_TIME_MASK_B = np.array([0, 0, 0, 0, (1 << 64) - 1], _U64)
+_TIME_WIDTH_B = np.array([0, 0, 0, 0, 64])
 
 
 class Unsupported(Exception):
@@ -99,14 +105,12 @@ def _pack(values, widths):
     total = int(offsets[-1] + widths[-1]) if len(widths) else 0
     word = offsets >> 6
     end = (offsets & 63) + widths
-    fits = end <= 64
-    left = np.clip(64 - end, 0, 63).astype(_U64)
-    right = np.clip(end - 64, 0, 63).astype(_U64)
-    first = np.where(fits, values << left, values >> right)
+    # the part in the field's first word: shifted up to its place, or (crossing into the next) down
+    first = (values << np.maximum(64 - end, 0).astype(_U64)) >> np.maximum(end - 64, 0).astype(_U64)
     out = np.zeros(total // 64 + 2, _U64)
     starts = np.flatnonzero(np.r_[True, word[1:] != word[:-1]])
     out[word[starts]] |= np.bitwise_or.reduceat(first, starts)
-    spill = ~fits  # the low part of a field that crosses a word boundary starts the next word
+    spill = end > 64  # the low part of a field that crosses a word boundary starts the next word
     out[word[spill] + 1] |= values[spill] << (128 - end[spill]).astype(_U64)
     return out.astype(">u8").tobytes()[: (total + 7) // 8]
 
@@ -121,11 +125,8 @@ def encode_chunks(ms, values, series_starts):  # noqa: PLR0915 (one column after
     series_of = np.repeat(np.arange(len(lengths)), lengths)
     pos = np.arange(n) - np.repeat(series_starts, lengths)  # position within the series
     i = pos % CHUNK_SAMPLES  # position within the chunk
-    first = i == 0
-    chunk_first = np.flatnonzero(first)
+    chunk_first = np.flatnonzero(i == 0)
     chunk_size = np.diff(np.r_[chunk_first, n])
-    last = np.zeros(n, bool)
-    last[chunk_first + chunk_size - 1] = True
 
     bits = values.astype(np.float64).view(_U64).copy()
     bits[np.isnan(values)] = _U64(_GO_NAN)
@@ -135,48 +136,55 @@ def encode_chunks(ms, values, series_starts):  # noqa: PLR0915 (one column after
 
     fields = np.zeros((n, 6), _U64)  # chunk header, time a, time b, value a, value b, chunk tail
     widths = np.zeros((n, 6), np.int64)
-    # time: the first sample's zigzag varint, the second's delta as uvarint, then delta-of-delta buckets
-    zig = (t[first].view(_U64) << _U64(1)) ^ (t[first] >> 63).view(_U64)
-    fields[first, 1], widths[first, 1], fields[first, 2], widths[first, 2] = _varint_fields(zig)
-    second = i == 1
-    fields[second, 1], widths[second, 1], fields[second, 2], widths[second, 2] = _varint_fields(
-        delta[second].view(_U64)
+    # Every column is computed for all samples first (no mask over all of them), then the few chunk starts are
+    # overwritten. A field of 64 bits or less holds what can be merged (a dod bucket's control bits and
+    # payload, a value's head and bits): fewer fields to pack.
+    # time: delta-of-delta buckets (0: dod 0, then 14, 17, 20 bits, then 64), checked as x - 1 + 2^(n-1) being
+    # an unsigned n-bit number, since bucket n holds -(2^(n-1) - 1) .. 2^(n-1)
+    shifted = (dod - 1).view(_U64)
+    bucket = (dod != 0) * (
+        1
+        + ((shifted + _U64(1 << 13)) >= _U64(1 << 14))
+        + ((shifted + _U64(1 << 16)) >= _U64(1 << 17))
+        + ((shifted + _U64(1 << 19)) >= _U64(1 << 20))
     )
-    rest = i >= 2
-    d = dod[rest]
-    bucket = np.select(
-        [d == 0, (d >= -8191) & (d <= 8192), (d >= -65535) & (d <= 65536), (d >= -524287) & (d <= 524288)],
-        [0, 1, 2, 3],
-        4,
+    dod_bits = dod.view(_U64)
+    fields[:, 1] = _TIME_HEAD[bucket] | (dod_bits & _TIME_MASK_A[bucket])
+    widths[:, 1] = _TIME_WIDTH_A[bucket]
+    fields[:, 2] = dod_bits & _TIME_MASK_B[bucket]
+    widths[:, 2] = _TIME_WIDTH_B[bucket]
+    # the first sample's zigzag varint, the second's delta as uvarint
+    firsts, seconds = chunk_first, np.flatnonzero(i == 1)
+    tf = t[firsts]
+    zig = (tf.view(_U64) << _U64(1)) ^ (tf >> 63).view(_U64)
+    fields[firsts, 1], widths[firsts, 1], fields[firsts, 2], widths[firsts, 2] = _varint_fields(zig)
+    fields[seconds, 1], widths[seconds, 1], fields[seconds, 2], widths[seconds, 2] = _varint_fields(
+        delta[seconds].view(_U64)
     )
-    fields[rest, 1] = np.array([0, 0b10, 0b110, 0b1110, 0b1111], _U64)[bucket]
-    widths[rest, 1] = np.array([1, 2, 3, 4, 4])[bucket]
-    payload_bits = np.array([0, 14, 17, 20, 64])[bucket]
-    mask = np.where(payload_bits == 64, ~_U64(0), (_U64(1) << payload_bits.astype(_U64)) - _U64(1))
-    fields[rest, 2] = d.view(_U64) & mask
-    widths[rest, 2] = payload_bits
-    # value: the first sample's 64 bits, then XOR with the previous: 0, or 11 + leading + sig bits + the bits
-    fields[first, 3], widths[first, 3] = bits[first], 64
-    later = ~first
-    previous = np.zeros(n, _U64)
-    previous[1:] = bits[:-1]
-    xor = bits[later] ^ previous[later]
+    # value: XOR with the previous: 0, or 11 + leading (5 bits) + sig count (6 bits) + the sig bits
+    xor = bits.copy()
+    xor[1:] ^= bits[:-1]
     same = xor == 0
     leading = np.minimum(64 - _bit_length(xor), 31)
-    trailing = _bit_length(xor & (~xor + _U64(1))) - 1
-    sig = 64 - leading - trailing
+    trailing = np.maximum(_bit_length(xor & (~xor + _U64(1))) - 1, 0)
+    sig = np.where(same, 0, 64 - leading - trailing)
     head = (_U64(0b11) << _U64(11)) | (leading.astype(_U64) << _U64(6)) | (sig & 63).astype(_U64)
-    fields[later, 3] = np.where(same, _U64(0), head)
-    widths[later, 3] = np.where(same, 1, 13)
-    fields[later, 4] = np.where(same, _U64(0), xor >> np.clip(trailing, 0, 63).astype(_U64))
-    widths[later, 4] = np.where(same, 0, sig)
+    significant = xor >> trailing.astype(_U64)
+    merge = sig <= 51  # head and bits in one field
+    fields[:, 3] = np.where(same, _U64(0), np.where(merge, (head << sig.astype(_U64)) | significant, head))
+    widths[:, 3] = np.where(same, 1, np.where(merge, 13 + sig, 13))
+    fields[:, 4] = np.where(merge, _U64(0), significant)
+    widths[:, 4] = np.where(merge, 0, sig)
+    # the first sample's 64 bits as they are
+    fields[firsts, 3], widths[firsts, 3] = bits[firsts], 64
+    fields[firsts, 4], widths[firsts, 4] = 0, 0
     # per chunk: header (len uvarint, encoding 1 = XOR, sample count) and tail (padding, CRC placeholder)
     stream_bits = np.add.reduceat(widths[:, 1:5].sum(axis=1), chunk_first)
     data_len = 2 + (stream_bits + 7) // 8
     len_hi, len_width, _, _ = _varint_fields(data_len.astype(_U64))
-    fields[first, 0] = (len_hi << _U64(24)) | _U64(1 << 16) | chunk_size.astype(_U64)
-    widths[first, 0] = len_width + 24
-    widths[last, 5] = (8 - stream_bits % 8) % 8 + 32
+    fields[chunk_first, 0] = (len_hi << _U64(24)) | _U64(1 << 16) | chunk_size.astype(_U64)
+    widths[chunk_first, 0] = len_width + 24
+    widths[chunk_first + chunk_size - 1, 5] = (8 - stream_bits % 8) % 8 + 32
     flat_w = widths.ravel()
     keep = flat_w > 0
     packed = _pack(fields.ravel()[keep], flat_w[keep])
