@@ -3,8 +3,9 @@
 Run as ``jobkit tb-bridge backfill`` by utils/lib/observability.sh once the job's Prometheus has stopped.
 
 It reads every scalar event of every event file under LOGDIR (or the one file LOGDIR names) and adds them all
-to the TSDB as blocks (``promtool tsdb create-blocks-from openmetrics``), so the TSDB holds every step although
-the live scrapes only saw the newest step each time. Labels: the bridge's own ``host`` label (--host, default
+to the TSDB as one block, so the TSDB holds every step although the live scrapes only saw the newest step each
+time. The block is written by jobkit.observe.tsdb_block from the numpy columns; with TB_BACKFILL_WRITER=promtool,
+or for data that writer refuses, by ``promtool tsdb create-blocks-from openmetrics`` from OpenMetrics text. Labels: the bridge's own ``host`` label (--host, default
 the value of ``--label host``, else this machine's short name) plus the --label ones, which stand for the labels
 Prometheus attached when scraping (job, instance and the file_sd entry's labels). The exporters' scrape job
 honours the samples' own labels, so the bridge's ``host`` wins over the file_sd one and the series are
