@@ -134,11 +134,14 @@ def _fold_columns(fold, columns, chunks):
     np.not_equal(step[1:], step[:-1], out=change[1:])
     chunks.setdefault(STEP_METRIC, []).append((ms[change], step[change].astype(np.float64)))
     fold.step = int(step[-1])
-    order = np.argsort(tag_index, kind="stable")
-    bounds = np.flatnonzero(np.diff(tag_index[order])) + 1
-    for group in np.split(order, bounds):
-        name = names[int(tag_index[group[0]])]
-        chunks.setdefault(name, []).append((ms[group], value[group]))
+    if len(names) <= 64:  # a mask per tag is cheaper than sorting by tag
+        groups = (np.flatnonzero(tag_index == t) for t in sorted(names) if names[t] is not None)
+    else:
+        order = np.argsort(tag_index, kind="stable")
+        groups = np.split(order, np.flatnonzero(np.diff(tag_index[order])) + 1)
+    for group in groups:
+        if len(group):
+            chunks.setdefault(names[int(tag_index[group[0]])], []).append((ms[group], value[group]))
 
 
 def _help(name, tag):

@@ -180,8 +180,18 @@ def read_columns(path: str):
             parts.extend(parts_of)
     if not parts:
         return empty
-    order = np.argsort(np.concatenate([p[0] for p in parts]), kind="stable")
-    return (tags, *(np.concatenate([p[i] for p in parts])[order] for i in range(1, 5)))
+    # back to file order: each record number is in one part, so its rank among them is its place (no sort)
+    nums = np.concatenate([p[0] for p in parts])
+    taken = np.zeros(len(starts), dtype=bool)
+    taken[nums] = True
+    place = (np.cumsum(taken) - 1)[nums]
+    columns = []
+    for i in range(1, 5):
+        column = np.concatenate([p[i] for p in parts])
+        ordered = np.empty_like(column)
+        ordered[place] = column
+        columns.append(ordered)
+    return (tags, *columns)
 
 
 def _shapes(reader, buf, group, nums, pos, length, starts, shape_tags, tags, tag_ids):
