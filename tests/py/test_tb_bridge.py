@@ -761,6 +761,22 @@ def test_record_crcs_by_column_are_the_c_crcs_and_catch_one_flipped_bit(length):
     assert not tb_columns._crcs_ok(bytes(flipped), np.frombuffer(bytes(flipped), dtype=np.uint8), starts, lengths)
 
 
+@pytest.mark.parametrize(("distinct", "width"), [(1, 3), (5, 20), (64, 9), (200, 17), (3, 0)])
+def test_distinct_rows_group_as_a_sort_does(distinct, width):
+    import numpy as np
+
+    rng = np.random.default_rng(distinct)
+    table = rng.integers(0, 256, (distinct, width), dtype=np.uint8)
+    if distinct > 1 and width:
+        table[1] = table[0]
+        table[1, -1] ^= 1  # two rows one bit apart
+    rows = table[rng.integers(0, distinct, 5000)]
+    first, inverse = tb_columns._distinct_rows(rows)
+    assert (rows == rows[first[inverse]]).all()  # every row is its group's first row
+    assert len({rows[i].tobytes() for i in first.tolist()}) == len(first)  # no two groups alike
+    assert len(first) == len({r.tobytes() for r in rows})
+
+
 def test_column_reader_leaves_a_tensor_scalar_file_to_the_record_reader(tmp_path):
     """A scalars-plugin tensor (not a plain simple_value) makes the column reader decline the file."""
     writer = SummaryWriter(str(tmp_path))

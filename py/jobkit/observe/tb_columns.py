@@ -198,11 +198,10 @@ def _shapes(reader, buf, group, nums, pos, length, starts, shape_tags, tags, tag
     """The parts of GROUP (records of one length whose step ends at POS), split by shape; None when a shape is
     not a plain simple_value with a scalar."""
     shape_bytes = np.ascontiguousarray(group[:, pos : length - 4])
-    keys = shape_bytes.view(np.dtype((np.void, shape_bytes.shape[1]))).ravel()
-    uniq, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
-    ids = np.empty(len(uniq), dtype=np.int64)
+    first, inverse = _distinct_rows(shape_bytes)
+    ids = np.empty(len(first), dtype=np.int64)
     for u, i in enumerate(first.tolist()):
-        shape = uniq[u].tobytes()
+        shape = shape_bytes[i].tobytes()
         if shape not in shape_tags:
             data = _record(buf, starts, int(nums[i]))
             tag = ScalarReader._plain_simple_value(data)
@@ -226,6 +225,37 @@ def _shapes(reader, buf, group, nums, pos, length, starts, shape_tags, tags, tag
     wall = np.ascontiguousarray(group[:, 1:9]).view("<f8").ravel()
     value = np.ascontiguousarray(group[:, length - 4 :]).view("<f4").ravel().astype(np.float64)
     return [(nums, tag_index, step.view(np.int64), wall, value)]
+
+
+def _distinct_rows(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(the first row number of each distinct row of the uint8 matrix ROWS, each row's distinct-row number).
+
+    A row is hashed to one uint64; the few distinct hashes of an event file (one per tag and step varint width)
+    are split off one at a time, and every row is then compared with its group's first row in full, so a hash
+    collision only costs the sort it replaces."""
+    width = rows.shape[1]
+    if width == 0 or not len(rows):
+        return np.zeros(min(len(rows), 1), dtype=np.int64), np.zeros(len(rows), dtype=np.int64)
+    padded = np.zeros((len(rows), -(-width // 8) * 8), dtype=np.uint8)
+    padded[:, :width] = rows
+    words = padded.view("<u8")
+    key = np.zeros(len(rows), dtype=np.uint64)
+    for k in range(words.shape[1]):
+        key = key * np.uint64(0x9E3779B97F4A7C15) + words[:, k]
+    first: list[int] = []
+    inverse = np.empty(len(rows), dtype=np.int64)
+    left = np.arange(len(rows))
+    while len(left) and len(first) < 64:
+        same = key[left] == key[left[0]]
+        inverse[left[same]] = len(first)
+        first.append(int(left[0]))
+        left = left[~same]
+    firsts = np.array(first, dtype=np.int64)
+    if len(left) or not (rows == rows[firsts[inverse]]).all():  # many shapes, or a collision: sort them
+        keys = np.ascontiguousarray(rows).view(np.dtype((np.void, width))).ravel()
+        _, firsts, inverse = np.unique(keys, return_index=True, return_inverse=True)
+        inverse = inverse.ravel()
+    return firsts, inverse
 
 
 def _record(buf, starts, number):
