@@ -34,9 +34,6 @@ def _record_starts(buf: bytes) -> tuple[np.ndarray, np.ndarray, int]:
     the Python loop looks for a period in the last lengths it read, guesses that the rest of the file repeats it
     and checks that by column; the loop goes on from the first record that breaks the pattern."""
     unpack = _HEADER.unpack_from
-    if len(buf) < 16:  # not even an empty record
-        return np.zeros(0, np.int64), np.zeros(0, np.int64), 0
-    lengths_at = np.lib.stride_tricks.sliding_window_view(np.frombuffer(buf, dtype=np.uint8), 8)
     parts: list[tuple[np.ndarray, np.ndarray]] = []
     starts: list[int] = []
     lengths: list[int] = []
@@ -53,7 +50,7 @@ def _record_starts(buf: bytes) -> tuple[np.ndarray, np.ndarray, int]:
             period = next((p for p in range(1, _MIN_RUN // 2 + 1) if lengths[-p:] == lengths[-2 * p : -p]), None)
             parts.append((np.array(starts, dtype=np.int64), np.array(lengths, dtype=np.int64)))
             if period:
-                parts.append(_repeat(lengths_at, size, pos, lengths[-period:]))
+                parts.append(_repeat(buf, pos, lengths[-period:]))
                 if len(parts[-1][0]):
                     pos = int(parts[-1][0][-1] + 16 + parts[-1][1][-1])
             starts, lengths = [], []
@@ -64,18 +61,25 @@ def _record_starts(buf: bytes) -> tuple[np.ndarray, np.ndarray, int]:
 _MIN_RUN = 64  # records read one by one before each guess
 
 
-def _repeat(lengths_at, size, pos, pattern_lengths):
-    """(offsets, lengths) of the records from POS on while they repeat PATTERN_LENGTHS, in whole periods."""
+def _repeat(buf, pos, pattern_lengths):
+    """(offsets, lengths) of the records from POS on while they repeat PATTERN_LENGTHS, in whole periods.
+
+    Each place in the pattern is checked as one strided view of the buffer (no copy): the length fields of
+    that place in every repetition."""
     pattern = np.array(pattern_lengths, dtype=np.int64) + 16
     span = int(pattern.sum())
-    reps = (size - pos) // span
+    reps = (len(buf) - pos) // span
     offsets = np.concatenate([[0], np.cumsum(pattern)[:-1]])
-    guess = (pos + np.arange(reps, dtype=np.int64)[:, None] * span + offsets).ravel()
-    found = lengths_at[guess].copy().view("<u8").ravel().astype(np.int64)
-    want = np.tile(pattern - 16, reps)
-    bad = np.flatnonzero(found != want)
-    good = len(guess) if not len(bad) else int(bad[0]) - int(bad[0]) % len(pattern)
-    return guess[:good], want[:good]
+    whole = reps  # repetitions before the first that breaks the pattern
+    for offset, length in zip(offsets.tolist(), pattern_lengths, strict=True):
+        if whole == 0:
+            break
+        column = np.ndarray((whole,), dtype="<u8", buffer=buf, offset=pos + offset, strides=(span,))
+        bad = np.flatnonzero(column != length)
+        if len(bad):
+            whole = int(bad[0])
+    guess = (pos + np.arange(whole, dtype=np.int64)[:, None] * span + offsets).ravel()
+    return guess, np.tile(pattern - 16, whole)
 
 
 def _crcs_ok(buf: bytes, arr: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> bool:
