@@ -777,6 +777,32 @@ def test_distinct_rows_group_as_a_sort_does(distinct, width):
     assert len(first) == len({r.tobytes() for r in rows})
 
 
+def test_the_protobuf_free_shape_check_only_answers_where_protobuf_agrees():
+    """tb_columns reads the first record of a shape without protobuf when its bytes are the canonical form;
+    wherever it answers (a tag, or None for a file_version event), protobuf must answer the same."""
+    import random
+
+    rnd = random.Random(5)
+    event = tb_events.event_class()
+    answered = 0
+    for _ in range(1500):
+        ev = event(wall_time=rnd.random() * 2e9, step=rnd.choice([0, 1, 127, 128, 2**31, 2**62, -1]))
+        if rnd.random() < 0.2:
+            ev.file_version = rnd.choice(["brain.Event:2", "\u00e9" * rnd.randint(1, 200)])
+        else:
+            tag = rnd.choice(["a", "learning/loss", "x" * rnd.randint(0, 300), "\u00e9/\u00df", ""])
+            ev.summary.value.add(tag=tag, simple_value=rnd.choice([0.0, -0.0, 1.5, math.nan, math.inf, 3.4e38]))
+        data = ev.SerializeToString()
+        flipped = bytearray(data)
+        flipped[rnd.randrange(len(data))] ^= 1 << rnd.randrange(8)
+        for d in (data, bytes(flipped), data[:-1], data + b"\0", data[:-4] + struct.pack("<I", 0x7FA00001)):
+            fast = tb_columns._plain_tag(d)
+            if fast is not tb_columns._UNSURE:
+                answered += 1
+                assert fast == tb_events.ScalarReader._plain_simple_value(d), d
+    assert answered > 1000  # it does answer the usual records
+
+
 def test_column_reader_leaves_a_tensor_scalar_file_to_the_record_reader(tmp_path):
     """A scalars-plugin tensor (not a plain simple_value) makes the column reader decline the file."""
     writer = SummaryWriter(str(tmp_path))

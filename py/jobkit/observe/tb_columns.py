@@ -5,8 +5,9 @@ backfill's hundreds of thousands of records its per-record Python costs ~3 us. H
 where each record starts; everything else is done on columns: the length CRCs (one per distinct length), the
 Event bytes of every record of one length gathered into a matrix, its wall time, step varint and float read by
 offset, and its tag learned from the bytes between step and float (the same "shape" rule as
-ScalarReader.read_tuples: the first record of each shape is decoded with protobuf and must be a plain
-simple_value summary). The record CRCs are checked by column where a length has many records (see _data_crcs).
+ScalarReader.read_tuples: the first record of each shape must be a plain simple_value summary; it is decoded
+with protobuf unless its bytes are the canonical form _plain_tag reads, where protobuf's answer is certain, so
+that a usual file never imports protobuf, ~0.1 s). The record CRCs are checked by column where a length has many records (see _data_crcs).
 
 read_columns returns None, and the caller reads the file the slow way, whenever the file is anything but a
 clean run of such events (plus records that hold no scalar at all, like the file_version event and text
@@ -208,7 +209,9 @@ def _shapes(reader, buf, group, nums, pos, length, starts, shape_tags, tags, tag
         shape = shape_bytes[i].tobytes()
         if shape not in shape_tags:
             data = _record(buf, starts, int(nums[i]))
-            tag = ScalarReader._plain_simple_value(data)
+            tag = _plain_tag(data)
+            if tag is _UNSURE:
+                tag = ScalarReader._plain_simple_value(data)
             shape_tags[shape] = None if tag is None else tag_ids.setdefault(tag, len(tag_ids))
             if tag is not None and len(tags) < len(tag_ids):
                 tags.append(tag)
@@ -229,6 +232,78 @@ def _shapes(reader, buf, group, nums, pos, length, starts, shape_tags, tags, tag
     wall = np.ascontiguousarray(group[:, 1:9]).view("<f8").ravel()
     value = np.ascontiguousarray(group[:, length - 4 :]).view("<f4").ravel().astype(np.float64)
     return [(nums, tag_index, step.view(np.int64), wall, value)]
+
+
+_UNSURE = object()
+_FLOAT = struct.Struct("<f")
+
+
+def _varint(data: bytes, pos: int) -> tuple[int, int] | None:
+    """(value, end) of the minimal varint at POS, below 2**63; None for anything else."""
+    value = shift = 0
+    for end in range(pos, min(pos + 9, len(data))):
+        value |= (data[end] & 0x7F) << shift
+        shift += 7
+        if data[end] < 0x80:
+            return (value, end + 1) if data[end] or end == pos else None
+    return None
+
+
+def _file_version_only(data: bytes) -> bool:
+    """True when DATA is, byte for byte, an Event of a wall_time and a file_version (UTF-8) alone: no scalar."""
+    if len(data) < 11 or data[0] != 0x09 or data[9] != 0x1A:
+        return False
+    length = _varint(data, 10)
+    if length is None or length[1] + length[0] != len(data):
+        return False
+    try:
+        data[length[1] :].decode()
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def _plain_tag(data: bytes):
+    """The tag of DATA when it is, byte for byte, the canonical Event of one simple_value (what tensorboardX and
+    MaxText write): wall_time, a step (omitted when 0), a summary of one value with a tag and the float last.
+    _UNSURE for anything else, which protobuf then decides (ScalarReader._plain_simple_value), so this only
+    saves importing and running protobuf where its answer is certain."""
+    if len(data) < 9 or data[0] != 0x09:
+        return _UNSURE
+    if _file_version_only(data):
+        return None
+    pos = 9
+    if data[pos] == 0x10:
+        step = _varint(data, pos + 1)
+        if step is None or step[0] == 0:
+            return _UNSURE
+        pos = step[1]
+    if pos >= len(data) or data[pos] != 0x2A:
+        return _UNSURE
+    fields = []  # summary length, value length, tag length, each followed by its field key check
+    for key in (0x0A, 0x0A):
+        length = _varint(data, pos + 1)
+        if length is None or length[1] >= len(data) or data[length[1]] != key:
+            return _UNSURE
+        fields.append(length)
+        pos = length[1]
+    tag_length = _varint(data, pos + 1)
+    if tag_length is None:
+        return _UNSURE
+    start = tag_length[1]
+    end = start + tag_length[0]
+    if (
+        end + 5 != len(data)
+        or data[end] != 0x15
+        or fields[0][0] != len(data) - fields[0][1]
+        or fields[1][0] != len(data) - fields[1][1]
+        or _FLOAT.pack(_FLOAT.unpack_from(data, end + 1)[0]) != data[end + 1 :]
+    ):
+        return _UNSURE
+    try:
+        return data[start:end].decode()
+    except UnicodeDecodeError:
+        return _UNSURE
 
 
 def _distinct_rows(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -273,6 +348,8 @@ def _no_scalars(reader, buf, record_starts, length) -> bool:
     yield (a text summary, the file_version event); False also for an undecodable one."""
     for start in record_starts.tolist():
         data = buf[start + 12 : start + 12 + length]
+        if _file_version_only(data):  # no need to decode it (or to import protobuf for it)
+            continue
         try:
             if any(True for _ in reader._decode(data)):
                 return False
