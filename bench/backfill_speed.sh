@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Usage: bench/backfill_speed.sh [--steps N] [--scalars K] [--runs R] [--old REV]
+# Usage: bench/backfill_speed.sh [--steps N] [--scalars K] [--runs R] [--old REV] [--promtool]
 # Summary: Speed of `jobkit tb-bridge backfill` end to end: samples per second into a scratch TSDB
 #
 # Writes one TensorBoard event file of N steps (default 50000) x K scalars (default 10), as TFRecords of
@@ -7,7 +7,9 @@
 # backfill into an empty scratch TSDB R times (default 3), as a user would: `jobkit tb-bridge backfill --logdir
 # ... --tsdb ...`, the venv's console script, start-up and promtool included. With --old REV, the
 # py/jobkit/tb_bridge.py of git revision REV (the single-file argparse version) is run too, interleaved with the
-# new one on the same file, so that both see the same machine load. Prints a table: version, run, samples
+# new one on the same file, so that both see the same machine load. With --promtool, the new one is also run
+# with TB_BACKFILL_WRITER=promtool (the blocks written by promtool, as before jobkit.observe.tsdb_block), again
+# interleaved ("promtool" in the table). Prints a table: version, run, samples
 # (including the tb_step series), wall seconds, samples/s, and CPU seconds (user+sys of the backfill and every
 # process it ran, promtool included; from /usr/bin/time, "-" without it: on a shared machine the CPU column is
 # the steadier one), and the median per version. Everything it starts is a
@@ -18,7 +20,7 @@ set -euo pipefail
 REPO_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 usage() { sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "${BASH_SOURCE[0]}"; }
 die() { echo "backfill_speed.sh: $*" >&2; exit 2; }
-STEPS=50000 SCALARS=10 RUNS=3 OLD=''
+STEPS=50000 SCALARS=10 RUNS=3 OLD='' PROMTOOL=0
 while (($#)); do
   case $1 in
     -h | --help) usage; exit 0 ;;
@@ -26,6 +28,7 @@ while (($#)); do
     --scalars) SCALARS=${2:-}; shift 2 || die "--scalars needs a number" ;;
     --runs) RUNS=${2:-}; shift 2 || die "--runs needs a number" ;;
     --old) OLD=${2:-}; shift 2 || die "--old needs a git revision" ;;
+    --promtool) PROMTOOL=1; shift ;;
     *) die "unknown argument '$1'; see --help" ;;
   esac
 done
@@ -36,6 +39,8 @@ done
 source "$REPO_DIR/utils/lib/process.sh"
 PYTHON=$(proc_python "$REPO_DIR") || die "no Python found; run utils/setup_env.sh"
 JOBKIT=$(proc_jobkit "$REPO_DIR")
+# the venv's console script imports the package of whatever tree the venv was set up from: bench this one
+export PYTHONPATH="$REPO_DIR/py${PYTHONPATH:+:$PYTHONPATH}"
 command -v promtool >/dev/null || [[ -x /usr/bin/promtool ]] || die "promtool is not installed; run utils/prometheus.sh install"
 
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/backfill_speed.XXXXXX")
@@ -57,6 +62,7 @@ run() {
   rm -rf "$tsdb" && mkdir "$tsdb"
   local -a command=("$JOBKIT" tb-bridge backfill)
   [[ $version == old ]] && command=("$PYTHON" "$WORK/tb_bridge_old.py" backfill)
+  [[ $version == promtool ]] && command=(env TB_BACKFILL_WRITER=promtool "${command[@]}")
   [[ -x /usr/bin/time ]] && command=(/usr/bin/time -f '%U %S' -o "$WORK/cpu" "${command[@]}")
   start=$EPOCHREALTIME
   out=$("${command[@]}" --logdir "$WORK/logs" --tsdb "$tsdb" --label job=bench --label host=bench 2>&1) ||
@@ -72,6 +78,7 @@ median() { tr ' ' '\n' <<<"$1" | sed '/^$/d' | sort -n | awk '{ v[NR] = $1 } END
 declare -A WALL_OF=() CPU_OF=()
 versions=(new)
 [[ -n $OLD ]] && versions=(old new)
+((PROMTOOL)) && versions=(promtool "${versions[@]}")
 rate() { awk -v n="$1" -v s="$2" 'BEGIN { print n / s }'; }
 printf '%-8s %6s %10s %9s %11s %9s\n' version run samples seconds samples/s cpu_s
 for ((r = 1; r <= RUNS; r++)); do

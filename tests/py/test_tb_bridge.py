@@ -711,6 +711,89 @@ def test_column_reader_gives_what_the_record_reader_gives(tmp_path):
         )
 
 
+def test_record_starts_guessed_by_pattern_are_the_ones_a_record_loop_finds():
+    """tb_columns guesses that record lengths repeat; every way the guess can break must give the plain loop's
+    answer: a period of 3, a run of another length, a period of 1, a shorter pattern, a half-written record."""
+    lengths = [20, 31, 5] * 90 + [7] * 5 + [20, 31, 5] * 40 + [9] * 200 + [1, 2] * 70 + [300]
+    buf = b"".join(struct.pack("<QI", n, 0) + bytes(n) + b"\0\0\0\0" for n in lengths)
+    for cut in (len(buf), len(buf) - 3, len(buf) - 316, 15, 16, 0):
+        part = buf[:cut]
+        want_starts, want_lengths, pos = [], [], 0
+        while len(part) - pos >= 12 and pos + 16 + struct.unpack_from("<Q", part, pos)[0] <= len(part):
+            want_starts.append(pos)
+            want_lengths.append(struct.unpack_from("<Q", part, pos)[0])
+            pos += 16 + want_lengths[-1]
+        starts, got_lengths, rest = tb_columns._record_starts(part)
+        assert (starts.tolist(), got_lengths.tolist(), rest) == (want_starts, want_lengths, pos), cut
+
+
+@pytest.mark.parametrize("length", [15, 38])
+def test_record_crcs_by_column_are_the_c_crcs_and_catch_one_flipped_bit(length):
+    import numpy as np
+
+    rng = np.random.default_rng(length)
+    data = [rng.bytes(length) for _ in range(64 * length)]  # enough records of one length for the table path
+    buf = b"".join(
+        struct.pack("<Q", length)
+        + struct.pack("<I", tb_events.masked_crc32c(struct.pack("<Q", length)))
+        + d
+        + struct.pack("<I", tb_events.masked_crc32c(d))
+        for d in data
+    )
+    arr = np.frombuffer(buf, dtype=np.uint8)
+    starts = np.arange(len(data), dtype=np.int64) * (length + 16)
+    got = tb_columns._data_crcs(buf, arr, starts + 12, length)
+    crc32c = tb_events._crc32c or tb_events._tensorboard_crc32c
+    assert got.tolist() == [crc32c(d) for d in data]
+    lengths = np.full(len(data), length, dtype=np.int64)
+    assert tb_columns._crcs_ok(buf, arr, starts, lengths)
+    flipped = bytearray(buf)
+    flipped[int(starts[777]) + 12 + length - 1] ^= 0x10
+    assert not tb_columns._crcs_ok(bytes(flipped), np.frombuffer(bytes(flipped), dtype=np.uint8), starts, lengths)
+
+
+@pytest.mark.parametrize(("distinct", "width"), [(1, 3), (5, 20), (64, 9), (200, 17), (3, 0)])
+def test_distinct_rows_group_as_a_sort_does(distinct, width):
+    import numpy as np
+
+    rng = np.random.default_rng(distinct)
+    table = rng.integers(0, 256, (distinct, width), dtype=np.uint8)
+    if distinct > 1 and width:
+        table[1] = table[0]
+        table[1, -1] ^= 1  # two rows one bit apart
+    rows = table[rng.integers(0, distinct, 5000)]
+    first, inverse = tb_columns._distinct_rows(rows)
+    assert (rows == rows[first[inverse]]).all()  # every row is its group's first row
+    assert len({rows[i].tobytes() for i in first.tolist()}) == len(first)  # no two groups alike
+    assert len(first) == len({r.tobytes() for r in rows})
+
+
+def test_the_protobuf_free_shape_check_only_answers_where_protobuf_agrees():
+    """tb_columns reads the first record of a shape without protobuf when its bytes are the canonical form;
+    wherever it answers (a tag, or None for a file_version event), protobuf must answer the same."""
+    import random
+
+    rnd = random.Random(5)
+    event = tb_events.event_class()
+    answered = 0
+    for _ in range(1500):
+        ev = event(wall_time=rnd.random() * 2e9, step=rnd.choice([0, 1, 127, 128, 2**31, 2**62, -1]))
+        if rnd.random() < 0.2:
+            ev.file_version = rnd.choice(["brain.Event:2", "\u00e9" * rnd.randint(1, 200)])
+        else:
+            tag = rnd.choice(["a", "learning/loss", "x" * rnd.randint(0, 300), "\u00e9/\u00df", ""])
+            ev.summary.value.add(tag=tag, simple_value=rnd.choice([0.0, -0.0, 1.5, math.nan, math.inf, 3.4e38]))
+        data = ev.SerializeToString()
+        flipped = bytearray(data)
+        flipped[rnd.randrange(len(data))] ^= 1 << rnd.randrange(8)
+        for d in (data, bytes(flipped), data[:-1], data + b"\0", data[:-4] + struct.pack("<I", 0x7FA00001)):
+            fast = tb_columns._plain_tag(d)
+            if fast is not tb_columns._UNSURE:
+                answered += 1
+                assert fast == tb_events.ScalarReader._plain_simple_value(d), d
+    assert answered > 1000  # it does answer the usual records
+
+
 def test_column_reader_leaves_a_tensor_scalar_file_to_the_record_reader(tmp_path):
     """A scalars-plugin tensor (not a plain simple_value) makes the column reader decline the file."""
     writer = SummaryWriter(str(tmp_path))

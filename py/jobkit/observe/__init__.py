@@ -11,6 +11,7 @@ backfill run wherever the job's files are (a login node after the job).
   tb_serve      the live reader (Follower: newest scalars, new records only), run by the tb exporter plugin
                 and as a daemon writing an exposition file (`jobkit tb-bridge serve`)
   tb_backfill   every step into the TSDB after the job (`jobkit tb-bridge backfill`)
+  tsdb_block    a Prometheus TSDB block (XOR chunks, index v2) written from numpy columns: the backfill's writer
   tb_bridge     the `jobkit tb-bridge` group (click only)
   log_steps     steps the job log has that the event files lack, as backfill series
   promserver    a throwaway Prometheus on a TSDB: 127.0.0.1, waited for, stopped by PID

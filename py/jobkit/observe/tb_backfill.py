@@ -3,8 +3,9 @@
 Run as ``jobkit tb-bridge backfill`` by utils/lib/observability.sh once the job's Prometheus has stopped.
 
 It reads every scalar event of every event file under LOGDIR (or the one file LOGDIR names) and adds them all
-to the TSDB as blocks (``promtool tsdb create-blocks-from openmetrics``), so the TSDB holds every step although
-the live scrapes only saw the newest step each time. Labels: the bridge's own ``host`` label (--host, default
+to the TSDB as one block, so the TSDB holds every step although the live scrapes only saw the newest step each
+time. The block is written by jobkit.observe.tsdb_block from the numpy columns; with TB_BACKFILL_WRITER=promtool,
+or for data that writer refuses, by ``promtool tsdb create-blocks-from openmetrics`` from OpenMetrics text. Labels: the bridge's own ``host`` label (--host, default
 the value of ``--label host``, else this machine's short name) plus the --label ones, which stand for the labels
 Prometheus attached when scraping (job, instance and the file_sd entry's labels). The exporters' scrape job
 honours the samples' own labels, so the bridge's ``host`` wins over the file_sd one and the series are
@@ -38,6 +39,7 @@ from jobkit.observe.tb_events import EVENT_PREFIX, STEP_METRIC, CorruptRecord, F
 from jobkit.observe.tb_serve import STEP_HELP, scalar_help
 
 _LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
+_NO_PROMTOOL = "promtool not found (PATH, /usr/bin); install Prometheus's promtool or pass --promtool"
 # Samples per promtool run (whole series each): a few runs overlap with rendering, not so many small blocks.
 CHUNK_SAMPLES = 150_000
 
@@ -63,7 +65,14 @@ def scrape_labels(host, target_labels):
 
 
 def collect_series(files, log=None):
-    """{metric name: (tag, [(ms, value), ...] ascending, one per ms)} over the files, and the Fold used.
+    """{metric name: (tag, [(ms, value), ...] ascending, one per ms)} over the files, and the Fold used
+    (collect_columns, as lists)."""
+    columns, fold = collect_columns(files, log)
+    return _as_lists(columns), fold
+
+
+def collect_columns(files, log=None):
+    """{metric name: (tag, ms int64 array ascending, float64 values, one per ms)} over the files, and the Fold used.
 
     Each file is read as columns (jobkit.observe.tb_columns) and folded with numpy, by the same rules as
     Fold.collect (names first come first served, a tb_step sample where the step changes, the later of two
@@ -95,10 +104,12 @@ def collect_series(files, log=None):
         ms, values = np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
         if not len(ms):
             continue
-        order = np.argsort(ms, kind="stable")  # equal ms keep file order: the last one wins
-        ms, values = ms[order], values[order]
-        last = np.append(ms[1:] != ms[:-1], True)
-        series[name] = (tags.get(name), list(zip(ms[last].tolist(), values[last].tolist(), strict=True)))
+        if len(parts) > 1 or (len(ms) > 1 and not (ms[1:] > ms[:-1]).all()):
+            order = np.argsort(ms, kind="stable")  # equal ms keep file order: the last one wins
+            ms, values = ms[order], values[order]
+            last = np.append(ms[1:] != ms[:-1], True)
+            ms, values = ms[last], values[last]
+        series[name] = (tags.get(name), ms, values)
     return series, fold
 
 
@@ -123,11 +134,14 @@ def _fold_columns(fold, columns, chunks):
     np.not_equal(step[1:], step[:-1], out=change[1:])
     chunks.setdefault(STEP_METRIC, []).append((ms[change], step[change].astype(np.float64)))
     fold.step = int(step[-1])
-    order = np.argsort(tag_index, kind="stable")
-    bounds = np.flatnonzero(np.diff(tag_index[order])) + 1
-    for group in np.split(order, bounds):
-        name = names[int(tag_index[group[0]])]
-        chunks.setdefault(name, []).append((ms[group], value[group]))
+    if len(names) <= 64:  # a mask per tag is cheaper than sorting by tag
+        groups = (np.flatnonzero(tag_index == t) for t in sorted(names) if names[t] is not None)
+    else:
+        order = np.argsort(tag_index, kind="stable")
+        groups = np.split(order, np.flatnonzero(np.diff(tag_index[order])) + 1)
+    for group in groups:
+        if len(group):
+            chunks.setdefault(names[int(tag_index[group[0]])], []).append((ms[group], value[group]))
 
 
 def _help(name, tag):
@@ -355,33 +369,82 @@ def backfill(
         out(msg, flush=True)
 
     # 1. What to add: every scalar of the event files (and the job log's later steps), with their labels.
+    writer = None if dry_run else block_writer()
     final = _final_labels(label_pairs, host)
     files = _event_files(logdir, since, job_log)
-    series, _fold = collect_series(files, log=None if dry_run else log)
-    if job_log:
-        series = _with_log_steps(series, job_log, log)
-    samples = sum(len(points) for _, points in series.values())
-    if dry_run:
-        out(openmetrics_text(series, final), end="")
-        return 0
-    # 2. Where to: a TSDB no Prometheus holds, with promtool to add blocks to it.
+    columns, _fold = collect_columns(files, log=None if dry_run else log)
+    if job_log or dry_run:
+        series = _as_lists(columns)
+        if job_log:
+            series = _with_log_steps(series, job_log, log)
+            columns = _as_columns(series)
+        if dry_run:
+            out(openmetrics_text(series, final), end="")
+            return 0
+    samples = sum(len(ms) for _, ms, _ in columns.values())
+    # 2. Where to: a TSDB no Prometheus holds, and how to write the blocks.
     promtool = _check_target(tsdb, promtool)
-    if not series:
+    if writer == "promtool" and not promtool:
+        raise BackfillError(_NO_PROMTOOL)
+    if not columns:
         log(f"no scalar events in {len(files)} event file(s) under {logdir}: nothing to backfill")
         _mark_done(tsdb, samples=0, steps=0)
         return 0
     # 3. The WAL persisted as a block first (see the module docstring), then the new blocks, then DONE.
     if wal_has_data(tsdb):
         persist_head(tsdb, _find_prometheus(prometheus), log)
-    _create_blocks(promtool, openmetrics_chunks(series, final, CHUNK_SAMPLES), tsdb)
-    steps = len(series.get(STEP_METRIC, ("", []))[1])
+    _write_blocks(writer, promtool, columns, final, tsdb, log)
+    steps = len(columns.get(STEP_METRIC, ("", []))[1])
     _mark_done(tsdb, samples=samples, steps=steps)
     label_text = ",".join(f'{k}="{v}"' for k, v in sorted(final.items()))
     log(
-        f"backfilled {samples} samples in {len(series)} series ({steps} steps) from {len(files)} event file(s) "
+        f"backfilled {samples} samples in {len(columns)} series ({steps} steps) from {len(files)} event file(s) "
         f"into {tsdb}, labels {{{label_text}}}"
     )
     return 0
+
+
+def block_writer():
+    """$TB_BACKFILL_WRITER: "numpy" (the default: jobkit.observe.tsdb_block, promtool for what it does not
+    write) or "promtool" (always promtool's create-blocks-from openmetrics)."""
+    choice = os.environ.get("TB_BACKFILL_WRITER", "") or "numpy"
+    if choice not in ("numpy", "promtool"):
+        raise BackfillError(f"TB_BACKFILL_WRITER={choice}: expected numpy or promtool; fix or unset it")
+    return choice
+
+
+def _write_blocks(writer, promtool, columns, labels, tsdb, log):
+    """COLUMNS with LABELS into TSDB as blocks: written by tsdb_block, else (WRITER promtool, or data it does not
+    write) by promtool."""
+    if writer == "numpy":
+        from jobkit.observe import tsdb_block
+
+        named = [({**labels, "__name__": name}, ms, values) for name, (_tag, ms, values) in columns.items()]
+        try:
+            tsdb_block.write_block(tsdb, named)
+            return
+        except tsdb_block.Unsupported as e:
+            log(f"{e}: the blocks are written by promtool instead")
+    if not promtool:
+        raise BackfillError(_NO_PROMTOOL)
+    _create_blocks(promtool, openmetrics_chunks(_as_lists(columns), labels, CHUNK_SAMPLES), tsdb)
+
+
+def _as_lists(columns):
+    """collect_columns' {name: (tag, ms, values)} as collect_series' {name: (tag, [(ms, value), ...])}."""
+    return {
+        name: (tag, list(zip(ms.tolist(), values.tolist(), strict=True))) for name, (tag, ms, values) in columns.items()
+    }
+
+
+def _as_columns(series):
+    """collect_series' form back to collect_columns'."""
+    import numpy as np
+
+    return {
+        name: (tag, np.array([ms for ms, _ in points], np.int64), np.array([v for _, v in points], np.float64))
+        for name, (tag, points) in series.items()
+    }
 
 
 def _final_labels(label_pairs, host):
@@ -415,16 +478,14 @@ def _with_log_steps(series, job_log, log):
 
 
 def _check_target(tsdb, promtool):
-    """The promtool to use, once TSDB is there and no Prometheus holds it."""
+    """The promtool to use (None when there is none: only the promtool writer needs it), once TSDB is there and
+    no Prometheus holds it."""
     if not os.path.isdir(tsdb):
         raise BackfillError(f"TSDB dir {tsdb} does not exist")
     busy = promserver.serving_pid(tsdb)
     if busy:
         raise BackfillError(f"{tsdb} is in use by a running Prometheus (pid {busy}): stop it before the backfill")
-    promtool = find_promtool(promtool)
-    if not promtool:
-        raise BackfillError("promtool not found (PATH, /usr/bin); install Prometheus's promtool or pass --promtool")
-    return promtool
+    return find_promtool(promtool)
 
 
 def _find_prometheus(given):
