@@ -25,6 +25,7 @@ inside a job (sbatch) or through `cluster.in_netns([...])` (the controller's nam
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import subprocess
@@ -222,18 +223,26 @@ def local_cluster():
             cluster_down()
 
 
-@pytest.fixture
-def local_cluster_3nodes():
-    """The Slurm cluster at 3 nodes, for one test: a cluster up at another size is taken down first (`up`
-    refuses to change a live cluster's size); afterwards it is taken down, and brought back to 2 nodes only
-    when this session's `local_cluster` holds it. Run it alone (tests/run.sh slow), under the test lock."""
-    if os.geteuid() != 0:
-        pytest.skip("the local Slurm cluster needs root (network namespaces, daemons)")
-    if nodes_up() not in (0, 3):
+@contextlib.contextmanager
+def resized(nodes: int):
+    """The cluster at NODES nodes while the block runs: one up at another size is taken down first (`up` refuses
+    to change a live cluster's size); afterwards it is taken down, and brought back to this session's size only
+    when this session's `local_cluster` holds it, so it is never left at NODES for the next user."""
+    if nodes_up() not in (0, nodes):
         cluster_down()
     try:
-        yield cluster_up(3)
+        yield cluster_up(nodes)
     finally:
         cluster_down()
         if _session["users"]:
             _session["cluster"] = cluster_up(NODES)
+
+
+@pytest.fixture
+def local_cluster_3nodes():
+    """The Slurm cluster at 3 nodes, for one test (`resized(3)`), then down. Run it alone (tests/run.sh slow),
+    under the test lock."""
+    if os.geteuid() != 0:
+        pytest.skip("the local Slurm cluster needs root (network namespaces, daemons)")
+    with resized(3) as cluster:
+        yield cluster
