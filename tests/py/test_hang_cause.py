@@ -76,11 +76,11 @@ def test_a_recorded_stacks_file_gives_each_rank_its_state_and_innermost_frames()
     assert stopped.pid == int(re.search(r"^pid (\d+)", (LOCAL / "n1.txt").read_text(), re.M).group(1))
 
 
-def real_two_node_job(tmp_path: Path) -> Path:
-    """The recorded 2-node job (tests/fixtures/hang/slurm-2node-frozen-rank1): its log and hang/ dir, as the
-    job left them (this user's files, a hang dir only it can write)."""
-    src = FIXTURES / "slurm-2node-frozen-rank1"
-    log = tmp_path / "306-tiny.log"
+def real_two_node_job(tmp_path: Path, name: str = "slurm-2node-frozen-rank1", job_id: str = "306") -> Path:
+    """A recorded 2-node job (tests/fixtures/hang/NAME): its log and hang/ dir, as the job left them (this user's
+    files, a hang dir only it can write)."""
+    src = FIXTURES / name
+    log = tmp_path / f"{job_id}-tiny.log"
     log.write_text((src / "job.log").read_text())
     hang = log.with_suffix("") / "hang"
     hang.mkdir(parents=True, mode=0o755)
@@ -106,6 +106,27 @@ def test_a_real_two_node_job_with_rank_1_frozen_is_blamed_on_node2_from_its_stac
     assert blamed.endswith("the others wait for it (jax::BlockUntilReadyWithCancel)")
     assert "  waiting: node1 (rank 0) in jax::BlockUntilReadyWithCancel" in lines
     assert "  retry: retry-without-node" in lines
+
+
+def test_the_default_settings_proofs_recording_is_a_watchdog_hang_blamed_on_node2(tmp_path):
+    """The slow proof's own run (tests/fixtures/hang/slurm-2node-frozen-default: the 300 s floor, the 3730 s
+    heartbeat): JAX's heartbeat never fired, the watchdog noticed on node1 after 301 s, node2 is blamed."""
+    log = real_two_node_job(tmp_path, "slurm-2node-frozen-default", "590")
+    text = log.read_text()
+    assert text.count("heartbeat timeout 3730 s (default: the hang watchdog's 3670 s + 60 s)") == 2
+    assert "stopped sending heartbeats" not in text
+    before = text[: text.index("0: == HANG detected (phase training, last step 8, 301 s since) ==")]
+    assert not re.search(r"UNAVAILABLE|DEADLINE_EXCEEDED|srun: error:|NODE_EXIT", before)
+    lines = CliRunner().invoke(main, ["why", str(log)]).output.splitlines()
+    assert lines[:4] == [
+        "hang: training",
+        "  evidence: 0: == HANG detected (phase training, last step 8, 301 s since) ==",
+        "  noticed: on node1 (rank 0), phase training, last step 8, 301 s since",
+        "  host: node2",
+    ], lines
+    assert lines[4].startswith("  blamed because: stacks: node2's training (rank 1, pid 7265) is stopped (T): ")
+    assert "(kernel: do_signal_stop)" in lines[4]
+    assert lines[5:7] == ["  waiting: node1 (rank 0) in jax::BlockUntilReadyWithCancel", "  retry: retry-without-node"]
 
 
 def test_the_e2e_proofs_own_recording_with_wchan_blames_node2_stopped_in_do_signal_stop(tmp_path):
