@@ -1,4 +1,5 @@
-"""Shared test helpers: repo paths, PATH stubs for accelerator tools, and the e2e marker (tests/run.sh fast)."""
+"""Shared test helpers: repo paths, PATH stubs for accelerator tools, and the e2e and slow markers (tests/run.sh's
+fast and slow tiers)."""
 
 import os
 import shutil
@@ -24,6 +25,7 @@ TOOLS = FIXTURES / "tools"
 # tests/py (tests/py/test_tiers.py checks that, and that each is defined in the module given here).
 E2E_FIXTURES = {
     "local_cluster": "slurm_cluster",  # utils/local_cluster.sh up -N 2: real slurmctld/slurmd daemons
+    "local_cluster_3nodes": "slurm_cluster",  # the same at 3 nodes, for one (slow) test, then down
     "profiled_job": "profile_job",  # run_local.sh tiny with the profiler and an XLA dump
     "cpu_image": "test_containers",  # utils/build_image.sh, then podman runs the image
     "ray_job": "test_analyze",  # RAY=1 run_local.sh tiny: Ray, the exporter, a Prometheus
@@ -40,11 +42,21 @@ E2E_FIXTURES = {
 # test_hang_watchdog.py).
 
 
+# The slow marker: the proofs that take 6-12 minutes each (a real job that waits out the hang watchdog's default
+# 300 s floor, a 3-node cluster). Every tests/run.sh run leaves them out (-m "not slow") but `tests/run.sh slow`,
+# which runs them alone. A slow test is e2e as well (it uses a cluster fixture), so the fast tier never sees it.
+
+
 def pytest_configure(config):
     config.addinivalue_line(
         "markers",
         "e2e: starts real things (a job, a Slurm cluster, a container, Ray, Prometheus, a browser); "
         "tests/run.sh fast leaves it out",
+    )
+    config.addinivalue_line(
+        "markers",
+        "slow: a proof that takes 6-12 minutes (real jobs past the default hang floor, a 3-node cluster); "
+        "only tests/run.sh slow runs it",
     )
 
 

@@ -14,12 +14,18 @@ Importing it into several modules is fine: they share one cluster. A cluster tha
 session started (someone ran `up` by hand) is used as it is and left up. Without root the fixture skips
 the test (network namespaces and daemons need root).
 
+A test that needs three nodes takes `local_cluster_3nodes` instead (a fixture of its own, for one test): it
+brings the cluster to 3 nodes, taking down a 2-node one first, and takes it down afterwards; a cluster this
+session's `local_cluster` holds is brought back to 2 nodes, any other is left down, so it is never left at 3
+and the next 2-node session starts its own. Only the slow proofs use it (tests/run.sh slow).
+
 Running srun/salloc: they listen for call-backs on every address of the namespace they run in, so run them
 inside a job (sbatch) or through `cluster.in_netns([...])` (the controller's namespace), not on the host.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import subprocess
@@ -63,6 +69,14 @@ def script(*args: str, timeout: float = 600, check: bool = False) -> subprocess.
 
 def is_up() -> bool:
     return script("env", timeout=30).returncode == 0
+
+
+def nodes_up() -> int:
+    """How many nodes the cluster is up with (its state file's NODES=n), 0 when it is down."""
+    if not is_up():
+        return 0
+    match = re.search(r"^NODES=(\d+)$", (state_dir() / "cluster.state").read_text(), re.M)
+    return int(match.group(1)) if match else 0
 
 
 def slurm_conf_from(export_line: str) -> str:
@@ -207,3 +221,28 @@ def local_cluster():
         _session["users"] -= 1
         if _session["users"] == 0 and _session["owned"]:
             cluster_down()
+
+
+@contextlib.contextmanager
+def resized(nodes: int):
+    """The cluster at NODES nodes while the block runs: one up at another size is taken down first (`up` refuses
+    to change a live cluster's size); afterwards it is taken down, and brought back to this session's size only
+    when this session's `local_cluster` holds it, so it is never left at NODES for the next user."""
+    if nodes_up() not in (0, nodes):
+        cluster_down()
+    try:
+        yield cluster_up(nodes)
+    finally:
+        cluster_down()
+        if _session["users"]:
+            _session["cluster"] = cluster_up(NODES)
+
+
+@pytest.fixture
+def local_cluster_3nodes():
+    """The Slurm cluster at 3 nodes, for one test (`resized(3)`), then down. Run it alone (tests/run.sh slow),
+    under the test lock."""
+    if os.geteuid() != 0:
+        pytest.skip("the local Slurm cluster needs root (network namespaces, daemons)")
+    with resized(3) as cluster:
+        yield cluster

@@ -76,11 +76,11 @@ def test_a_recorded_stacks_file_gives_each_rank_its_state_and_innermost_frames()
     assert stopped.pid == int(re.search(r"^pid (\d+)", (LOCAL / "n1.txt").read_text(), re.M).group(1))
 
 
-def real_two_node_job(tmp_path: Path) -> Path:
-    """The recorded 2-node job (tests/fixtures/hang/slurm-2node-frozen-rank1): its log and hang/ dir, as the
-    job left them (this user's files, a hang dir only it can write)."""
-    src = FIXTURES / "slurm-2node-frozen-rank1"
-    log = tmp_path / "306-tiny.log"
+def real_two_node_job(tmp_path: Path, name: str = "slurm-2node-frozen-rank1", job_id: str = "306") -> Path:
+    """A recorded 2-node job (tests/fixtures/hang/NAME): its log and hang/ dir, as the job left them (this user's
+    files, a hang dir only it can write)."""
+    src = FIXTURES / name
+    log = tmp_path / f"{job_id}-tiny.log"
     log.write_text((src / "job.log").read_text())
     hang = log.with_suffix("") / "hang"
     hang.mkdir(parents=True, mode=0o755)
@@ -106,6 +106,27 @@ def test_a_real_two_node_job_with_rank_1_frozen_is_blamed_on_node2_from_its_stac
     assert blamed.endswith("the others wait for it (jax::BlockUntilReadyWithCancel)")
     assert "  waiting: node1 (rank 0) in jax::BlockUntilReadyWithCancel" in lines
     assert "  retry: retry-without-node" in lines
+
+
+def test_the_default_settings_proofs_recording_is_a_watchdog_hang_blamed_on_node2(tmp_path):
+    """The slow proof's own run (tests/fixtures/hang/slurm-2node-frozen-default: the 300 s floor, the 3730 s
+    heartbeat): JAX's heartbeat never fired, the watchdog noticed on node1 after 301 s, node2 is blamed."""
+    log = real_two_node_job(tmp_path, "slurm-2node-frozen-default", "590")
+    text = log.read_text()
+    assert text.count("heartbeat timeout 3730 s (default: the hang watchdog's 3670 s + 60 s)") == 2
+    assert "stopped sending heartbeats" not in text
+    before = text[: text.index("0: == HANG detected (phase training, last step 8, 301 s since) ==")]
+    assert not re.search(r"UNAVAILABLE|DEADLINE_EXCEEDED|srun: error:|NODE_EXIT", before)
+    lines = CliRunner().invoke(main, ["why", str(log)]).output.splitlines()
+    assert lines[:4] == [
+        "hang: training",
+        "  evidence: 0: == HANG detected (phase training, last step 8, 301 s since) ==",
+        "  noticed: on node1 (rank 0), phase training, last step 8, 301 s since",
+        "  host: node2",
+    ], lines
+    assert lines[4].startswith("  blamed because: stacks: node2's training (rank 1, pid 7265) is stopped (T): ")
+    assert "(kernel: do_signal_stop)" in lines[4]
+    assert lines[5:7] == ["  waiting: node1 (rank 0) in jax::BlockUntilReadyWithCancel", "  retry: retry-without-node"]
 
 
 def test_the_e2e_proofs_own_recording_with_wchan_blames_node2_stopped_in_do_signal_stop(tmp_path):
@@ -508,3 +529,76 @@ def test_two_by_two_job_with_global_rank_3_frozen_is_blamed_on_node2_process_1(l
     assert (found["class"], found["host"], found["retry"]) == ("hang", "node2", "retry-without-node"), why.stdout
     assert re.match(r"stacks: node2 process 1 \(global rank 3, pid \d+\) is stopped \(T\)", found["blamed_because"])
     assert any(w.startswith("node1 process 0 (global rank 0)") for w in found["waiting"]), found["waiting"]
+
+
+# The settings the default proof must not inherit from the caller's shell: the watchdog's and the heartbeat's.
+WATCHDOG_SETTINGS = ("HANG_TIMEOUT", "HANG_COMPILE_TIMEOUT", "HANG_STEP_FACTOR", "HANG_ACTION", "JAX_HEARTBEAT_TIMEOUT")
+
+
+def stacks_state(text: str) -> str:
+    """The `pid N, state X (...)` line of a stacks file, as written."""
+    return re.search(r"^pid \d+, state .*$", text, re.M).group(0)
+
+
+@pytest.mark.slow
+def test_with_default_settings_a_frozen_rank_1_is_found_by_the_watchdog_not_killed_by_jax(local_cluster, tmp_path):  # noqa: F811
+    """The issue's proof with the defaults (tests/run.sh slow; ~8-10 minutes): no HANG_* setting and no
+    JAX_HEARTBEAT_TIMEOUT, so the watchdog's floor is 300 s and JAX's heartbeat timeout is the launcher's default
+    (3730 s), not JAX's own 100 s. Rank 1's training is stopped (SIGSTOP) after step 5: the watchdog, not JAX,
+    ends the job, as HANG, after at least 300 s without a step, with both nodes' stacks; `jobkit why` blames
+    node2 from its stacks (stopped, T) and names node1 as waiting. The 30 s version above is the quick one."""
+    env = job_env(local_cluster, tmp_path / "ws", tmp_path / "jax_cache")
+    for name in WATCHDOG_SETTINGS:
+        env.pop(name, None)
+    env.update(MAX_RETRIES="0")
+    job_id, log = submit_job(env, "tiny:frozen300:", "-N", "2", "--", "steps=100000")
+    try:
+        wait_for(lambda: re.search(r"^0: .*completed step: 5,", read(log), re.M), 400, "rank 0 at step 5")
+        pid = training_pid(job_id, 1)
+        os.kill(pid, signal.SIGSTOP)
+        frozen_at = time.monotonic()
+        # 300 s floor + up to 60 s for every node's stacks + 10 s TERM-to-KILL; the rest is margin for a loaded machine
+        record = local_cluster.wait_job(job_id, 600)
+        ended_after = time.monotonic() - frozen_at
+    finally:
+        local_cluster.run(["scancel", job_id], check=False)
+        for left in live_processes_of(job_id, TRAINING_CMDLINE):
+            os.kill(left, signal.SIGKILL)
+    text = log.read_text()
+    launch = re.findall(r"^\d: \[launch\] JAX distributed: .*$", text, re.M)
+    print("\n".join(launch))  # for the record (pytest -s)
+    assert len(launch) == 2 and all(
+        "heartbeat timeout 3730 s (default: the hang watchdog's 3670 s + 60 s)" in line for line in launch
+    ), launch
+    assert record["JobState"] != "COMPLETED", record
+    hang_line = re.search(r"^\d: == HANG detected \(phase training, last step \d+, (\d+) s since\) ==$", text, re.M)
+    assert hang_line, text[-4000:]
+    print(hang_line.group(0), f"(job ended {ended_after:.0f} s after the freeze)")
+    assert int(hang_line.group(1)) >= 300, hang_line.group(0)  # the default floor held
+    assert re.search(r"Status: HANG \(exit \d+\)", text), text[-3000:]
+    # Nothing else killed it first: before the HANG line, no heartbeat abort, no coordination error, no task
+    # death. (After it, once the watchdog has stopped rank 0, the woken rank 1 loses its peer and says so.)
+    before = text[: hang_line.start()]
+    for other in ("stopped sending heartbeats", "DEADLINE_EXCEEDED", "UNAVAILABLE", "srun: error:", "NODE_EXIT"):
+        assert other not in before, f"{other!r} before the HANG line:\n{before[-4000:]}"
+    assert "stopped sending heartbeats" not in text  # JAX's heartbeat never fired, not even during the teardown
+    hang = log.with_suffix("") / "hang"
+    assert sorted(p.name for p in hang.glob("*.txt")) == ["node1.txt", "node2.txt"], text[-4000:]
+    node1, node2 = ((hang / f"node{i}.txt").read_text() for i in (1, 2))
+    for name, stacks in (("node1.txt", node1), ("node2.txt", node2)):
+        print(f"{name}: {stacks.splitlines()[0]} | {stacks_state(stacks)}")
+    assert stacks_state(node2).startswith(f"pid {pid}, state T (stopped)"), node2[:2000]
+    assert ", state T " not in stacks_state(node1), node1[:2000]  # node1's training was not stopped: it waits
+    why = subprocess.run([JOBKIT, "why", str(log)], capture_output=True, text=True, timeout=60)
+    print(why.stdout)
+    lines = why.stdout.splitlines()
+    assert lines[0] == "hang: training", why.stdout + why.stderr
+    assert re.search(
+        r"^  noticed: on node[12] \(rank [01]\), phase training, last step \d+, \d+ s since$", why.stdout, re.M
+    )
+    assert "  host: node2" in lines, why.stdout
+    assert re.search(
+        rf"^  blamed because: stacks: node2's training \(rank 1, pid {pid}\) is stopped \(T\)", why.stdout, re.M
+    )
+    assert re.search(r"^  waiting: node1 \(rank 0\) in ", why.stdout, re.M), why.stdout
+    assert "  retry: retry-without-node" in lines, why.stdout

@@ -556,7 +556,7 @@ import time  # noqa: E402
 
 from job_observation import TRAINING_CMDLINE, header, live_processes_of  # noqa: E402
 from prom_query import View, free_port  # noqa: E402
-from slurm_cluster import job_env, local_cluster, read, submit_job, wait_for  # noqa: E402, F401  (the session fixture)
+from slurm_cluster import job_env, local_cluster, local_cluster_3nodes, read, submit_job, wait_for  # noqa: E402, F401  (the fixtures)
 from webhook import Receiver  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
@@ -863,3 +863,89 @@ def test_a_nodelist_slurm_would_refuse_costs_only_the_blamed_host(tmp_path):
     log.write_text(text)
     found = requeue.outcome(logparse.load(log), text, tmp_path / "500-tiny")
     assert found is not None and found.reason
+
+
+def rank_training_pid(job_id: str, rank: int) -> int:
+    """The training process of node RANK; under RAY=1 a Ray actor's subprocess, not the driver that carries the
+    same command in its arguments (`jobkit ray-launch ... -- <python> jobkit launch ...`)."""
+    pids = [p for p in training_pids(job_id, rank) if b"\0ray-launch\0" not in Path(f"/proc/{p}/cmdline").read_bytes()]
+    assert len(pids) == 1, pids
+    return pids[0]
+
+
+@pytest.mark.slow
+def test_ray_hang_of_a_two_node_job_on_three_nodes_is_requeued_without_the_frozen_node_and_resumes(
+    local_cluster_3nodes,  # noqa: F811
+    tmp_path,
+):
+    """The issue's requeue proof at full size (tests/run.sh slow; a 3-node cluster, ~8-12 minutes): RAY=1,
+    MAX_RETRIES=1, checkpointing; a 2-node job's rank 1 is frozen (SIGSTOP) after a checkpoint. The watchdog
+    takes both nodes' stacks, the hang is blamed on rank 1's node from them (stopped, T), and the job is
+    requeued without that node: the next attempt runs on the two others, restores the checkpoint and passes.
+    HANG_TIMEOUT=30 as in the quick tests: the default 300 s floor has its own proof in test_hang_cause.py."""
+    cluster = local_cluster_3nodes
+    assert cluster.nodes == ("node1", "node2", "node3")
+    steps, period = 300, 10
+    env = job_env(cluster, tmp_path / "ws", tmp_path / "jax_cache")
+    env.update(HANG_TIMEOUT="30", HANG_STEP_FACTOR="5", MAX_RETRIES="1", RAY="1", TENSORBOARD="0")
+    job_id, log = submit_job(
+        env, "tiny:rq3:", "-N", "2", "--", f"steps={steps}", f"checkpoint_period={period}", *CHECKPOINTING
+    )
+    second, frozen = None, None
+    try:
+        nodes = wait_for(lambda: header(read(log)).get("NODELIST_EXPANDED"), 240, "the first attempt's header")
+        first_nodes = nodes.split(",")
+        wait_for(
+            lambda: period in saved_steps(read(log)) or step_or_early_end(log, steps), 400, f"step {period} saved", 0.05
+        )
+        assert period in saved_steps(read(log)), "the run ended before its checkpoint was seen"
+        frozen = rank_training_pid(job_id, 1)
+        os.kill(frozen, signal.SIGSTOP)
+        second, second_log = next_attempt(log, 300)
+        wait_for(lambda: re.search(r"^ *Status: ", read(second_log), re.M), 400, "the second attempt's end")
+    finally:
+        cluster.run(["scancel", job_id, *([second] if second else [])], check=False)
+        for pid in live_processes_of(job_id, TRAINING_CMDLINE) + (
+            live_processes_of(second, TRAINING_CMDLINE) if second else []
+        ):
+            os.kill(pid, signal.SIGKILL)
+    first_text, second_text = log.read_text(), second_log.read_text()
+    blamed = first_nodes[1]  # rank 1's node (node2 when Slurm gives the first two, as an idle cluster does)
+    hang_line = re.search(r"^\d: == HANG detected \(phase training, last step \d+, \d+ s since\) ==$", first_text, re.M)
+    assert hang_line, first_text[-4000:]
+    print(hang_line.group(0))  # for the record (pytest -s)
+    assert re.search(r"Status: HANG \(exit \d+\) — phase training", first_text), first_text[-3000:]
+    hang = log.with_suffix("") / "hang"
+    assert sorted(p.name for p in hang.glob("*.txt")) == sorted(f"{n}.txt" for n in first_nodes), first_text[-3000:]
+    for name in first_nodes:
+        state = re.search(r"^pid \d+, state .*$", (hang / f"{name}.txt").read_text(), re.M)
+        print(f"{name}.txt: {state.group(0) if state else (hang / f'{name}.txt').read_text()[:300]}")
+    assert f"pid {frozen}, state T (stopped)" in (hang / f"{blamed}.txt").read_text()
+    requeued = re.search(rf"^== REQUEUED as job {second} \(attempt 2 of 2\): hang.*==$", first_text, re.M)
+    assert requeued and f"; excluding {blamed} [catalogue entry " in requeued.group(0), first_text[-3000:]
+    print(requeued.group(0))
+    record = json.loads((log.with_suffix("") / "requeue.json").read_text())
+    assert record["decision"]["exclude"] == [blamed], record
+    why = subprocess.run([JOBKIT, "why", str(log)], capture_output=True, text=True, timeout=60, env=env)
+    print(why.stdout)
+    assert "  host: " + blamed in why.stdout.splitlines(), why.stdout + why.stderr
+    assert re.search(
+        rf"^  blamed because: stacks: {blamed}'s training \(rank 1, pid {frozen}\) is stopped \(T\)", why.stdout, re.M
+    )
+    # The second attempt: on the two nodes left, from the first attempt's last checkpoint, to the end.
+    head = header(second_text)
+    assert (head["ATTEMPT"], head["RETRY_OF"], head["REQUEUE_EXCLUDE"]) == ("2", job_id, blamed), head
+    second_nodes = head["NODELIST_EXPANDED"].split(",")
+    assert blamed not in second_nodes and sorted(second_nodes) == sorted(set(cluster.nodes) - {blamed}), head
+    # The last save of attempt 1, which may come after the HANG: the watchdog's stop sends TERM then CONT, and the
+    # woken ranks can run on to their next checkpoint step and save it together before stopping (seen: step 20).
+    saved = max(saved_steps(first_text))
+    restore = re.search(rf"^.*restoring from this run's directory step {saved}.*$", second_text, re.M)
+    assert restore, second_text[-3000:]
+    print(f"attempt 2 on {head['NODELIST_EXPANDED']}: {restore.group(0)}")
+    resumed = rank0_steps(second_text)
+    assert saved <= resumed[0] <= saved + 1 and resumed[-1] == steps - 1, (saved, resumed[:3], resumed[-3:])
+    success = re.search(r"^ *Status: SUCCESS \(exit 0\).*$", second_text, re.M)
+    assert success, second_text[-3000:]
+    print(success.group(0))
+    wait_for(lambda: not live_processes_of(job_id) and not live_processes_of(second), 60, "both attempts gone")

@@ -1,4 +1,5 @@
-"""The test tiers: which tests `tests/run.sh fast` leaves out (the e2e ones) and which it runs.
+"""The test tiers: which tests `tests/run.sh fast` leaves out (the e2e ones) and which it runs, and the slow
+proofs that only `tests/run.sh slow` runs.
 
 The e2e marker is given in conftest.py (from the fixtures a test uses, or by the test module itself); here
 pytest collects a few modules in a child process, as tests/run.sh would, and the known tests must land on
@@ -8,6 +9,7 @@ each such name must be defined exactly once, where the table says.
 
 import ast
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -37,7 +39,12 @@ FAST = [
     "tests/py/test_dashboard.py::test_bad_input_one_line_nothing_written",
     "tests/py/test_hang_watchdog.py::test_settings_defaults_and_overrides",
 ]
-MODULES = sorted({node.split("::")[0] for node in E2E + FAST})
+# The slow proofs (@pytest.mark.slow): only `tests/run.sh slow` runs them.
+SLOW = [
+    "tests/py/test_hang_cause.py::test_with_default_settings_a_frozen_rank_1_is_found_by_the_watchdog_not_killed_by_jax",
+    "tests/py/test_requeue.py::test_ray_hang_of_a_two_node_job_on_three_nodes_is_requeued_without_the_frozen_node_and_resumes",
+]
+MODULES = sorted({node.split("::")[0] for node in E2E + FAST + SLOW})
 
 
 def collected(*marker_args):
@@ -89,13 +96,49 @@ def test_each_e2e_fixture_name_is_defined_once_where_the_table_says():
         )
 
 
-def test_run_sh_help_names_the_fast_tier():
-    result = subprocess.run(
-        [str(REPO / "tests" / "run.sh"), "--help"], capture_output=True, text=True, timeout=30, check=False
+def run_sh(*args):
+    return subprocess.run(
+        [str(REPO / "tests" / "run.sh"), *args], capture_output=True, text=True, timeout=30, check=False
     )
+
+
+def test_run_sh_help_names_the_fast_and_slow_tiers():
+    result = run_sh("--help")
     assert result.returncode == 0, result.stderr
-    assert result.stdout.splitlines()[0] == "Usage: tests/run.sh [fast] [bats|py ...] [-- extra pytest args]"
+    assert (
+        result.stdout.splitlines()[0]
+        == "Usage: tests/run.sh [fast|slow] [bats|py ...] [--selection] [-- extra pytest args]"
+    )
     assert "tests/run.sh fast " in result.stdout and "not e2e" in result.stdout
+    assert "tests/run.sh slow " in result.stdout and "-m slow" in result.stdout
+
+
+def selection(*tier):
+    """What `tests/run.sh TIER --selection` says it would run: ({pytest -m expression}, bats filter, suites)."""
+    result = run_sh(*tier, "--selection")
+    assert result.returncode == 0, result.stderr
+    lines = dict(line.split(": ", 1) if ": " in line else (line.rstrip(":"), "") for line in result.stdout.splitlines())
+    marker = re.fullmatch(r'-m "(.*)"', lines["pytest"]).group(1)
+    return marker, lines["bats"], lines["suites"]
+
+
+def test_the_slow_proofs_run_only_in_the_slow_tier():
+    """Each tier's own marker expression, as tests/run.sh gives it to pytest: the slow proofs are in the slow
+    tier alone, which holds nothing else of these modules; the full run keeps the other e2e tests."""
+    full, fast, slow = selection()[0], selection("fast")[0], selection("slow")
+    assert slow == ("slow", "--filter-tags slow", "py"), slow  # no bats test is slow: py alone
+    assert selection("slow", "bats")[2] == "bats"
+    in_full, in_fast, in_slow = collected("-m", full), collected("-m", fast), collected("-m", slow[0])
+    assert in_slow == set(SLOW), sorted(in_slow ^ set(SLOW))
+    assert not set(SLOW) & (in_full | in_fast), sorted(set(SLOW) & (in_full | in_fast))
+    assert set(E2E) <= in_full and set(FAST) <= in_full and set(FAST) <= in_fast
+    assert set(SLOW) <= collected("-m", "e2e")  # a slow proof starts real things too
+
+
+def test_run_sh_refuses_two_tiers_in_one_line():
+    result = run_sh("fast", "slow", "--selection")
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr == "tests/run.sh: name one tier, not both 'fast' and 'slow'\n"
 
 
 def bats_count(*args):
