@@ -64,16 +64,7 @@ _run_pytest() {
   python -m pytest ${where:+"$where"} -p no:cacheprovider -rfE --junitxml="$xml" -m "$(_pytest_markers)" "$@" || rc=$?
   if [[ -s $xml ]]; then
     local counts
-    counts=$(python - "$xml" <<'PY'
-import sys, xml.etree.ElementTree as ET
-root = ET.parse(sys.argv[1]).getroot()
-suites = [root] if root.tag == "testsuite" else root.findall("testsuite")
-t = sum(int(s.get("tests", 0)) for s in suites)
-f = sum(int(s.get("failures", 0)) + int(s.get("errors", 0)) for s in suites)
-k = sum(int(s.get("skipped", 0)) for s in suites)
-print(t - f - k, f, k)
-PY
-)
+    counts=$(python tests/junit_counts.py "$xml")
     read -r p f k <<<"$counts"
     passed=$((passed + p)) failed=$((failed + f)) skipped=$((skipped + k))
     if (( rc != 0 && f == 0 )); then broken+=" pytest(exit $rc)"; fi
