@@ -798,6 +798,10 @@ def test_ray_hang_of_a_one_node_job_is_requeued_on_the_other_node_and_resumes_fr
     verdict = json.loads(why.stdout)
     assert (verdict["class"], verdict["host"], verdict["retry"]) == ("hang", node, "retry-without-node"), verdict
     assert verdict["blamed_because"].startswith(f"stacks: {node}'s training (rank 0, pid {frozen}) is stopped (T)")
+    # The job's own TSDB (RAY=1) was read around the stall: the metrics line names the frozen node with its numbers
+    # (the exporter's network bytes and Ray's CPU; no GPU here, so it decides nothing next to the stacks' blame).
+    assert re.match(r"\d+ s from the last progress to the HANG: ", verdict["metrics"] or ""), verdict
+    assert f"{node} " in verdict["metrics"] and "net " in verdict["metrics"], verdict["metrics"]
     # The second attempt ran on the other node, restored the last checkpoint the first one saved, and finished.
     head = header(second_text)
     assert (head["ATTEMPT"], head["RETRY_OF"], head["REQUEUE_EXCLUDE"]) == ("2", job_id, node), head
