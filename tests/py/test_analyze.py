@@ -668,3 +668,22 @@ def test_without_a_prometheus_that_starts_the_dump_reads_the_tsdb_and_says_why(
     read = doc["hosts"]["read"]
     assert read["via"] == "promtool tsdb dump" and "broken on purpose" in read["why"], read
     assert _contents(job_dir) == before
+
+
+def test_the_promql_step_keeps_a_line_to_max_points_and_never_below_the_scrape_interval():
+    from jobkit.analysis import tsdb_query
+
+    assert tsdb_query.step_for(3600, 5.0) == 5  # 720 scrapes: every one
+    assert tsdb_query.step_for(86_400, 5.0) == 58  # 17,280 scrapes -> 1,490 points
+    assert tsdb_query.step_for(86_400, 0.98) == 58
+    assert tsdb_query.step_for(600, 15.2) == 16  # whole seconds, never finer than a scrape
+    assert 86_400 / tsdb_query.step_for(86_400, 1.0) <= tsdb_query.MAX_POINTS
+
+
+def test_a_rebuilt_counter_gives_the_analysis_its_rates_back():
+    """Counters come back from Prometheus as per-host rates; rebuilt as a counter, hosts' own rate() (the one
+    the dump path uses) turns them into those same rates, gaps included."""
+    from jobkit.analysis import tsdb_dump, tsdb_query
+
+    rates = [(100.0, 7.0), (110.0, 2.0), (120.0, 4.5), (150.0, 1.0)]
+    assert tsdb_dump.rate(tsdb_query._rebuilt_counter(rates)) == rates[1:]
