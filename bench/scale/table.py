@@ -198,6 +198,8 @@ def main() -> int:
 
         cols = "".join(f"{both(e['cells'].get(n), b['cells'].get(n) if b else None):>30}" for n in nodes)
         big = both(e["big"], b["big"] if b else None) if e["big"] else "-"
+        if e["big"] and e["big"]["nodes"] != TARGET_NODES:  # another shape (analyze (TSDB): 8 nodes x 24 h)
+            big = f"{e['big']['nodes']}x{e['big']['steps']}: {big}"
         pred = "-"
         if e["pred"]:
             now = f"{e['pred'][0]:.0f}s {e['pred'][1]:.0f}MB"
