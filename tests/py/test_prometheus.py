@@ -416,7 +416,7 @@ def test_analyzes_prometheus_replays_a_real_wal_through_its_view_and_leaves_ever
 
     assert any((stopped_tsdb / "wal").iterdir())
     before, left = state(stopped_tsdb), scratch()
-    with pytest.raises(tsdb_query.QueryError, match="no gauge sampled twice"):
+    with pytest.raises(tsdb_query.QueryError, match="no host series sampled twice"):
         tsdb_query.read(str(stopped_tsdb), str(prometheus_bin))
     assert state(stopped_tsdb) == before
     assert scratch() <= left

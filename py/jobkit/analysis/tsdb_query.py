@@ -13,9 +13,10 @@ exactly those, at a step that keeps each line to at most MAX_POINTS points:
   only those are fetched, as `last_over_time(m[step])`: their increase is exact unless a reset falls inside
   one step, and their first rise is known to within one step.
 
-The step is the scrape interval (found from the last 10 minutes' samples) while the run has at most MAX_POINTS
-scrapes, else the run's span / MAX_POINTS rounded up to whole seconds, on a grid that ends at the last sample: a
-mean is the same, a min/max is that of step-long means, a "last" the last step's mean. The view is tsdb_dump's (dirs of links, so a file Prometheus adds, renames or removes is the
+Each resource's step is its families' scrape interval (the median gap between one host's raw samples in the
+last 10 minutes: the exporter's and Ray's differ) while the run has at most MAX_POINTS of them, else the run's
+span / MAX_POINTS rounded up to whole seconds, on a grid that ends at the last sample: a mean is the same, a
+min/max is that of step-long means, a "last" the last step's mean. The view is tsdb_dump's (dirs of links, so a file Prometheus adds, renames or removes is the
 view's and the job's TSDB is never written); Prometheus (jobkit.observe.promserver) listens on 127.0.0.1 at a
 kernel-chosen port behind a random password (private=True), may not compact blocks (min = max block duration),
 and is stopped by PID; the scratch dir goes with it. Any failure raises QueryError, and the caller falls back
@@ -127,25 +128,32 @@ def _span(client: _Client, view: str) -> tuple[float, float] | None:
     return (min(lows) / 1000.0, max(highs) / 1000.0) if lows else None
 
 
-def _gauges() -> list[str]:
-    return sorted({m for r in hosts.RESOURCES if not r.counter for m in (*r.metrics, *(r.ratio_of or ()))})
+def _families() -> list[str]:
+    return sorted({m for r in hosts.RESOURCES for m in (*r.metrics, *(r.ratio_of or ()))})
 
 
-def _interval(client: _Client, end: float, span: float) -> float | None:
-    """The scrape interval: the last 10 minutes (or the run) over the most samples one gauge series holds (per
-    family: count_over_time drops the name, so two families' series could share a label set)."""
-    window = max(1, min(600, int(span) + 1))
-    most = 0.0
-    for name in _gauges():
-        found = client.get("/api/v1/query", query=f'max(count_over_time({{__name__="{name}"}}[{window}s]))', time=end)
-        if found["result"]:
-            most = max(most, float(found["result"][0]["value"][1]))
-    return window / most if most > 1 else None
+def _intervals(client: _Client, end: float, span: float) -> dict[str, float]:
+    """{family: its scrape interval}, the median gap between the raw samples of one host's series of it in
+    the run's last 10 minutes (the exporter's and Ray's families are scraped at different intervals)."""
+    window = max(1, min(600, math.ceil(span) + 1))
+    names = client.get("/api/v1/label/host/values", start=end - window, end=end)
+    host = f',host="{_escape(names[0])}"' if names else ""
+    out = {}
+    for name in _families():
+        result = client.get("/api/v1/query", query=f'{{__name__="{name}"{host}}}[{window}s]', time=end)["result"]
+        gaps = sorted(
+            float(t1) - float(t0)
+            for item in result
+            for (t0, _), (t1, _) in zip(item["values"], item["values"][1:], strict=False)
+        )
+        if gaps:
+            out[name] = gaps[len(gaps) // 2]
+    return out
 
 
 def step_for(span: float, interval: float) -> int:
     """Whole seconds: the scrape interval while the run has at most MAX_POINTS scrapes, else span / MAX_POINTS."""
-    return max(1, math.ceil(interval - 1e-6), math.ceil(span / MAX_POINTS))
+    return max(1, math.ceil(interval - 0.05), math.ceil(span / MAX_POINTS))  # 50 ms: a scrape's jitter
 
 
 def _points(values) -> list[tuple[float, float]]:
@@ -162,39 +170,46 @@ def _read(client: _Client, view: str) -> tuple[dict[str, list[Series]], int]:
     if span is None:
         return {}, 0
     start, end = span
-    interval = _interval(client, end, end - start)
-    if interval is None:  # no gauge sampled twice: too little for lines, nothing to downsample
-        raise QueryError("the TSDB has no gauge sampled twice in its last 10 minutes to find the scrape interval")
-    step = step_for(end - start, interval)
-    start = end - step * math.floor((end - start) / step)  # the grid ends on the last sample, so it is in a line
-    window = step + math.ceil(interval)
-    queries = []  # (metric name, PromQL, counter?)
+    intervals = _intervals(client, end, end - start)
+    if not intervals:  # no family sampled twice: too little for lines, nothing to downsample
+        raise QueryError("the TSDB has no host series sampled twice in its last 10 minutes to find the scrape interval")
+    coarsest = max(intervals.values())
+    queries = []  # (metric name, PromQL, counter?, step)
     for res in hosts.RESOURCES:
+        # One step per resource (its families come from one source, so their points share timestamps).
+        found = [intervals[m] for m in (*res.metrics, *(res.ratio_of or ())) if m in intervals]
+        interval = max(found) if found else coarsest
+        step = step_for(end - start, interval)
+        window = step + math.ceil(interval)
         for name in res.metrics:
             if res.counter:
-                queries.append((name, f'sum by (host) (rate({{__name__="{name}"}}[{window}s]))', True))
+                queries.append((name, f'sum by (host) (rate({{__name__="{name}"}}[{window}s]))', True, step))
             elif res.combine == "max":
-                queries.append((name, f'max by (host) (max_over_time({{__name__="{name}"}}[{step}s]))', False))
+                queries.append((name, f'max by (host) (max_over_time({{__name__="{name}"}}[{step}s]))', False, step))
             else:
                 agg = _AGG[res.combine]
-                queries.append((name, f'{agg} by (host) (avg_over_time({{__name__="{name}"}}[{step}s]))', False))
+                query = f'{agg} by (host) (avg_over_time({{__name__="{name}"}}[{step}s]))'
+                queries.append((name, query, False, step))
         for name in res.ratio_of or ():
-            queries.append((name, f'sum by (host) (avg_over_time({{__name__="{name}"}}[{step}s]))', False))
+            query = f'sum by (host) (avg_over_time({{__name__="{name}"}}[{step}s]))'
+            queries.append((name, query, False, step))
+    step = max(q[3] for q in queries)
 
-    def ranged(query: str) -> list[dict]:
-        return client.get("/api/v1/query_range", query=query, start=start, end=end, step=step)["result"]
+    def ranged(query: str, every: int) -> list[dict]:
+        first = end - every * math.floor((end - start) / every)  # the grid ends on the last sample
+        return client.get("/api/v1/query_range", query=query, start=first, end=end, step=every)["result"]
 
     data: dict[str, list[Series]] = {}
     with ThreadPoolExecutor(max_workers=4) as pool:
-        answers = list(pool.map(lambda q: ranged(q[1]), queries))
-        for (name, _, counter), result in zip(queries, answers, strict=True):
+        answers = list(pool.map(lambda q: ranged(q[1], q[3]), queries))
+        for (name, _, counter, _), result in zip(queries, answers, strict=True):
             for item in result:
                 points = _points(item["values"])
                 if counter:
                     points = _rebuilt_counter(points)
                 if points:
                     data.setdefault(name, []).append(Series(name, dict(item["metric"]), points))
-        data.update(_error_counters(client, pool, start, end, step))
+        data.update(_error_counters(client, pool, start, end, step_for(end - start, min(intervals.values()))))
     return data, step
 
 
@@ -228,7 +243,8 @@ def _error_counters(client: _Client, pool, start: float, end: float, step: int) 
             wanted.append((name, labels, f'last_over_time({{__name__="{name}",{matchers}}}[{step}s])'))
 
     def ranged(query: str) -> list[dict]:
-        return client.get("/api/v1/query_range", query=query, start=start, end=end, step=step)["result"]
+        first = end - step * math.floor((end - start) / step)
+        return client.get("/api/v1/query_range", query=query, start=first, end=end, step=step)["result"]
 
     out: dict[str, list[Series]] = {}
     for (name, labels, _), result in zip(wanted, pool.map(lambda w: ranged(w[2]), wanted), strict=True):
