@@ -1,7 +1,8 @@
 """A throwaway Prometheus on an existing TSDB dir: started on 127.0.0.1, waited for, stopped by PID.
 
 Used where a Prometheus must open a TSDB for a moment or for browsing, never for scraping: the backfill's
-persist-head step (jobkit.observe.tb_backfill) and ``jobkit tsdb view`` (utils/prometheus.sh view). The per-job
+persist-head step (jobkit.observe.tb_backfill), ``jobkit tsdb view`` (utils/prometheus.sh view) and analyze's
+PromQL over a view of a job's TSDB (jobkit.analysis.tsdb_query, private=True: password, no admin API). The per-job
 Prometheus that scrapes during a job is the shell's (utils/lib/prometheus.sh).
 
 Start-up failures are told apart from Prometheus's log: a port someone else took in the meantime -> the next
