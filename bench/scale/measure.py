@@ -13,7 +13,10 @@ of $SCALE_PYTHON (another checkout's venv python, to compare; default this venv'
 Side by side: SCALE_BEFORE=<another checkout's py/ dir> runs each log operation first with that jobkit (its
 PYTHONPATH) on the same log, just before this one, its rows marked "side": "before" (table.py shows them as
 `before -> after`). --ops tgs,analyze,...: only those log operations, and nothing else (no monitor, watchdog,
-stacks or workspace). --day-steps 86400: the log operations also on a log of that many steps at the largest N,
+stacks or workspace); --ops tsdb: only analyze's TSDB part. That part (`analyze (TSDB)`, --tsdb-nodes 8,64 x
+--tsdb-hours 1 by default): make_synthetic_job.py's TSDB of N 8-GPU nodes at 5 s, read as analyze reads it
+in a child, by `promtool tsdb dump` (side "before") and by PromQL through a throwaway Prometheus (after).
+--day-steps 86400: the log operations also on a log of that many steps at the largest N,
 written with a sparse middle (simulate.py --hole: its ends and its step summary are real, its middle a hole of
 the right size), this jobkit only: it shows what a reader of a 24 h log's ends and summary costs, measured.
 Not part of CI. Everything is written under WORKDIR.
@@ -173,6 +176,41 @@ def stacks(root: Path, nodes: int) -> None:
     subprocess.run(["rm", "-rf", str(job_dir)], check=True)
 
 
+def tsdb_read(tsdb: str, via: str) -> None:
+    """One read of TSDB as analyze does it (in a child, for its RSS): VIA promql (tsdb_query) or dump
+    (tsdb_dump, every sample); prints series and points handed to the analysis, and the step."""
+    from jobkit.analysis import hosts, tsdb_query
+    from jobkit.observe import tsdb_dump
+
+    if via == "promql":
+        data, step = tsdb_query.read(tsdb)
+    else:
+        data, step = tsdb_dump.read(tsdb, hosts.hosts_families()), 0
+    series = [s for group in data.values() for s in group]
+    print(len(series), sum(len(s.points) for s in series), step)
+
+
+def tsdb_ops(root: Path, nodes: int, hours: float) -> None:
+    """analyze's TSDB part on make_synthetic_job.py's N-node TSDB of HOURS at 5 s: the dump (side "before")
+    and PromQL (after), each in a child; steps = the run's seconds (1 s steps), so the table's fit is in
+    node-seconds."""
+    ws = root / f"tsdb-{nodes}n-{hours}h"
+    made = subprocess.run(
+        [PYTHON, str(HERE.parent / "make_synthetic_job.py"), str(ws), "--nodes", str(nodes), "--hours", str(hours),
+         "--steps", "200", "--id", "900003"],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    samples = int(made.stdout.split("samples ")[1].split()[0])
+    (tsdb,) = ws.glob("900003-*/prometheus")
+    size = sum(p.stat().st_size for p in tsdb.rglob("*") if p.is_file())
+    for via, side in (("dump", {"side": "before"}), ("promql", {})):
+        wall, rss, cpu, text = child([PYTHON, str(HERE / "measure.py"), "--tsdb", str(tsdb), via])
+        series, points, step = (int(x) for x in text.split()[-3:])
+        emit("analyze (TSDB)", nodes, int(hours * 3600), wall, rss, cpu, samples=samples, tsdb_bytes=size,
+             series_out=series, points_out=points, step_s=step, **side)  # fmt: skip
+    subprocess.run(["rm", "-rf", str(ws)], check=True)
+
+
 def in_child(flag: str, *args) -> tuple[float, float, str]:
     wall, rss, _, text = child([PYTHON, str(HERE / "measure.py"), flag, *map(str, args)])
     return wall, rss, text
@@ -185,6 +223,9 @@ def main() -> int:
     if sys.argv[1:2] == ["--watchdog"]:
         watchdog_look(Path(sys.argv[2]), int(sys.argv[3]))
         return 0
+    if sys.argv[1:2] == ["--tsdb"]:
+        tsdb_read(sys.argv[2], sys.argv[3])
+        return 0
     if sys.argv[1:2] == ["--stacks"]:
         stacks(Path(sys.argv[2]), int(sys.argv[3]))
         return 0
@@ -196,8 +237,15 @@ def main() -> int:
     ap.add_argument("--jobs", type=int, default=5000)
     ap.add_argument("--day-steps", type=int, default=0, help="also a sparse log (simulate --hole) of this many steps")
     ap.add_argument("--ops", default="", help="only these log operations (comma-separated), nothing else")
+    ap.add_argument("--tsdb-nodes", default="8,64", help="node counts of analyze's TSDB part (empty: none)")
+    ap.add_argument("--tsdb-hours", type=float, default=1.0)
     args = ap.parse_args()
     only = [op for op in args.ops.split(",") if op]
+    if not only or "tsdb" in only:
+        for nodes in [int(n) for n in args.tsdb_nodes.split(",") if n]:
+            tsdb_ops(args.workdir, nodes, args.tsdb_hours)
+        if only == ["tsdb"]:
+            return 0
     root = args.workdir
     root.mkdir(parents=True, exist_ok=True)
     nodes_list = [int(n) for n in args.nodes.split(",")]

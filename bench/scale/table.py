@@ -22,7 +22,7 @@ import math
 import sys
 
 TARGET_NODES, TARGET_STEPS = 512, 86_400
-LOG_OPS = ("verdict", "tgs", "why", "jobs", "analyze", "compare", "dashboard", "monitor poll (first)")
+LOG_OPS = ("verdict", "tgs", "why", "jobs", "analyze", "analyze (TSDB)", "compare", "dashboard", "monitor poll (first)")
 MONITOR_READ_LIMIT = 64 << 20  # ops/monitor.READ_LIMIT: one poll reads at most this much new log
 
 
@@ -82,6 +82,8 @@ def summarize(results: list[dict]) -> dict[str, dict]:
                 per_line = max(r.get("log_bytes", 0) / max(r["nodes"] * r["steps"], 1) for _, r in pts) or 240
                 target = min(target, MONITOR_READ_LIMIT / per_line)
             entry["pred"] = (a + b * target, c + d * target)
+            if op == TSDB_OP and len(rows) >= 3 and all(r.get("step_s") for r in rows):  # PromQL's rows
+                entry["pred"] = tsdb_predict(rows)
             same = cells.get(big["nodes"]) if big else None
             flat_in_steps = big is None or same is None or big["wall"] <= 2 * same["wall"]  # not noise in nodes
             if entry["order"] == "O(1)" and flat_in_steps:  # read at its ends past BIG_LOG: the largest point holds
@@ -92,6 +94,52 @@ def summarize(results: list[dict]) -> dict[str, dict]:
                 entry["measured"] = True
         out[op] = entry
     return out
+
+
+TSDB_OP = "analyze (TSDB)"
+
+
+def _solve3(rows: list[tuple[float, float, float]]) -> tuple[float, float, float]:
+    """Least squares y = a + b*x1 + c*x2 over (x1, x2, y) rows (normal equations, Cramer's rule); b, c >= 0."""
+    n = len(rows)
+    s1, s2, sy = (sum(r[i] for r in rows) for i in range(3))
+    s11 = sum(r[0] * r[0] for r in rows)
+    s22 = sum(r[1] * r[1] for r in rows)
+    s12 = sum(r[0] * r[1] for r in rows)
+    s1y = sum(r[0] * r[2] for r in rows)
+    s2y = sum(r[1] * r[2] for r in rows)
+    m = [[n, s1, s2], [s1, s11, s12], [s2, s12, s22]]
+    v = [sy, s1y, s2y]
+
+    def det(a):
+        return (
+            a[0][0] * (a[1][1] * a[2][2] - a[1][2] * a[2][1])
+            - a[0][1] * (a[1][0] * a[2][2] - a[1][2] * a[2][0])
+            + a[0][2] * (a[1][0] * a[2][1] - a[1][1] * a[2][0])
+        )
+
+    d = det(m)
+    if not d:
+        return sy / n, 0.0, 0.0
+    a, b, c = (det([[v[i] if j == k else m[i][j] for j in range(3)] for i in range(3)]) / d for k in range(3))
+    return a, max(b, 0.0), max(c, 0.0)
+
+
+def tsdb_predict(rows: list[dict]) -> tuple[float, float]:
+    """analyze's TSDB part at 512 nodes x 24 h: time = a + b*points handed to Python + c*samples in the TSDB
+    (Prometheus decodes every sample; Python gets at most MAX_POINTS per host line), RSS = c + d*points (the
+    lines Python holds and the JSON they come in), fitted to the rows;
+    samples per node-second from the rows, points per node from the longest row (its lines are the longest)."""
+    per_node_s = sum(r["samples"] for r in rows) / sum(r["nodes"] * r["steps"] for r in rows)
+    longest = max(rows, key=lambda r: (r["steps"], -r["nodes"]))
+    points = longest["points_out"] / longest["nodes"] * TARGET_NODES
+    if longest["steps"] < TARGET_STEPS:  # lines grow with the run up to the cap (1,500 points)
+        points *= min(TARGET_STEPS / longest["steps"], 1500 / 720)
+    samples = per_node_s * TARGET_NODES * TARGET_STEPS
+    a, b, c = _solve3([(r["points_out"], r["samples"], r["wall"]) for r in rows])
+    wall = a + b * points + c * samples
+    c, d = fit([(r["points_out"], r["rss"]) for r in rows])  # memory: the lines Python holds
+    return wall, c + d * points
 
 
 SCRAPE_OP = "prometheus scrape"
@@ -207,6 +255,8 @@ def main() -> int:
 
         cols = "".join(f"{both(e['cells'].get(n), b['cells'].get(n) if b else None):>30}" for n in nodes)
         big = both(e["big"], b["big"] if b else None) if e["big"] else "-"
+        if e["big"] and e["big"]["nodes"] != TARGET_NODES:  # another shape (analyze (TSDB): 8 nodes x 24 h)
+            big = f"{e['big']['nodes']}x{e['big']['steps']}: {big}"
         pred = "-"
         if e["pred"]:
             now = f"{e['pred'][0]:.0f}s {e['pred'][1]:.0f}MB" + ("*" if e.get("measured") else "")

@@ -490,7 +490,7 @@ def test_compare_keeps_a_value_that_merely_contains_the_job_id_digits(tmp_path):
     assert "env:RUN_DIR" not in env and "env:STEP_TAG" not in env  # these do name job 5
 
 
-def _synthetic_job(ws, job_id, seed="1"):
+def _synthetic_job(ws, job_id, seed="1", *, hours="0.05", interval="5"):
     """bench/make_synthetic_job.py's finished 2-node RAY=1 job (node1, node2): its job dir, whose TSDB holds one
     block made by promtool and an empty wal/. Its 3 minutes end in the middle of the last whole 2-hour block of the
     epoch: promtool cuts blocks at those boundaries, so a run ending "10 minutes ago" made two blocks at 10-13
@@ -498,7 +498,7 @@ def _synthetic_job(ws, job_id, seed="1"):
     end = int(time.time()) // 7200 * 7200 - 3600
     made = subprocess.run(
         [os.sys.executable, str(REPO / "bench" / "make_synthetic_job.py"), str(ws), "--nodes", "2", "--steps", "40",
-         "--hours", "0.05", "--id", job_id, "--seed", seed, "--end", str(end)],
+         "--hours", hours, "--interval", interval, "--id", job_id, "--seed", seed, "--end", str(end)],
         capture_output=True, text=True, timeout=120, check=False,
     )  # fmt: skip
     assert made.returncode == 0, made.stderr
@@ -553,7 +553,7 @@ def test_a_ray_job_whose_metrics_were_off_says_why_in_its_analysis(tmp_path):
     (tmp_path / "31-x" / "prometheus" / "targets").mkdir(parents=True)
     text = "JOB_ID=31\nNNODES=1\nRAY=true\n0: [observability] metrics are off: prometheus.sh: no binary (training goes on)\n"
     facts = JobFacts(tmp_path / "31-x.log", tmp_path / "31-x", logparse.parse_text(text), text, None, {}, {}, None)
-    assert build._read_tsdb(facts) == ({}, None, "RAY=1 but metrics were off: prometheus.sh: no binary", None)
+    assert build._read_tsdb(facts) == ({}, None, "RAY=1 but metrics were off: prometheus.sh: no binary", None, None)
     assert build._job_section(facts)["ray"] is True, "RAY=true asks for it, as _train.sh reads it"
 
 
@@ -583,3 +583,110 @@ def test_the_text_analyze_keeps_finds_what_the_whole_text_does(tmp_path, first_a
     assert job.provenance(kept) == job.provenance(whole) and job.provenance(whole)["commit"] == "abc123"
     assert job.mfu_note(kept) == job.mfu_note(whole) == "peak unknown for this device"
     assert job._first_absl_time(kept) == job._first_absl_time(whole) is not None
+
+
+def _contents(path):
+    """Every file under PATH with its bytes' hash, size, mtime and mode, and every dir's mtime."""
+    import hashlib
+
+    out = {"": path.stat().st_mtime_ns}
+    for p in sorted(path.rglob("*")):
+        st = p.lstat()
+        digest = hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() and not p.is_symlink() else None
+        out[str(p.relative_to(path))] = (digest, st.st_size, st.st_mtime_ns, st.st_mode)
+    return out
+
+
+def _scratch_left():
+    import tempfile
+
+    tmp = Path(tempfile.gettempdir())
+    return {p.name for p in tmp.iterdir() if p.name.startswith(("jobkit-promql-", "promserver.", "jobkit-tsdb-"))}
+
+
+def _prometheus_pids():
+    pids = set()
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                argv = (entry / "cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if argv and os.path.basename(argv[0]) == b"prometheus":
+                pids.add(int(entry.name))
+    return pids
+
+
+def test_promql_reads_a_downsampled_tsdb_leaves_the_job_byte_identical_and_nothing_behind(
+    prometheus_installed, tmp_path
+):
+    """Issue 24 item 4: analyze asks a throwaway Prometheus over a view of the blocks for per-host lines, at a
+    step that keeps each line to MAX_POINTS points (36 min of 1 s scrapes: 2,160 -> step 2 s). The job's TSDB
+    is byte-identical after, no Prometheus or scratch dir is left, and the numbers agree with the full dump
+    within the downsampling: means to 1 %, min/max inside the dump's, the error counter's rise exactly."""
+    from jobkit.analysis import hosts, tsdb_query
+    from jobkit.observe import tsdb_dump
+
+    ws = tmp_path / "ws"
+    job_dir = _synthetic_job(ws, "780", hours="0.6", interval="1")
+    before, scratch, pids = _contents(job_dir), _scratch_left(), _prometheus_pids()
+    result = analyze(ws, "780", "--output", str(tmp_path / "out"))
+    assert result.exit_code == 0, result.output
+    doc = json.loads((tmp_path / "out" / "analysis.json").read_text())
+    assert doc["hosts"]["read"] == {"via": "promql", "step_s": 2}, doc["hosts"]["read"]
+    assert doc["hosts"]["names"] == ["node1", "node2"]
+    assert _contents(job_dir) == before
+    assert _scratch_left() <= scratch and _prometheus_pids() <= pids
+
+    full = tsdb_dump.read(str(job_dir / "prometheus"), hosts.hosts_families())
+    for res in hosts.RESOURCES:
+        exact = hosts.summarize(hosts.host_lines(full, res))
+        got = doc["hosts"]["resources"][res.key]["per_host"]
+        assert set(got) == set(exact) == {"node1", "node2"}, res.key
+        for host, row in got.items():
+            assert row["mean"] == pytest.approx(exact[host]["mean"], rel=0.01), (res.key, host)
+            assert exact[host]["min"] - 1e-6 <= row["min"] <= row["max"] <= exact[host]["max"] + 1e-6, (res.key, host)
+            assert row["samples"] <= tsdb_query.MAX_POINTS
+    (rise,) = doc["hosts"]["error_counters"]
+    (want,) = hosts.error_increases(full)
+    assert (rise["host"], rise["device"], rise["increase"]) == (want["host"], want["device"], want["increase"])
+    assert 0 <= rise["first_rise"] - want["first_rise"] <= 2  # to within one step
+
+
+def test_without_a_prometheus_that_starts_the_dump_reads_the_tsdb_and_says_why(
+    prometheus_installed, tmp_path, monkeypatch
+):
+    ws = tmp_path / "ws"
+    job_dir = _synthetic_job(ws, "781")
+    fake = tmp_path / "prometheus"
+    fake.write_text("#!/bin/sh\necho 'level=error err=\"broken on purpose\"' >&2\nexit 1\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PROMETHEUS_BIN", str(fake))
+    before = _contents(job_dir)
+    result = analyze(ws, "781", "--output", str(tmp_path / "out"))
+    assert result.exit_code == 0, result.output
+    doc = json.loads((tmp_path / "out" / "analysis.json").read_text())
+    assert doc["hosts"]["available"] and doc["hosts"]["names"] == ["node1", "node2"]
+    read = doc["hosts"]["read"]
+    assert read["via"] == "promtool tsdb dump" and "broken on purpose" in read["why"], read
+    assert _contents(job_dir) == before
+
+
+def test_the_promql_step_keeps_a_line_to_max_points_and_never_below_the_scrape_interval():
+    from jobkit.analysis import tsdb_query
+
+    assert tsdb_query.step_for(3600, 5.0) == 5  # 720 scrapes: every one
+    assert tsdb_query.step_for(86_400, 5.0) == 58  # 17,280 scrapes -> 1,490 points
+    assert tsdb_query.step_for(86_400, 0.98) == 58
+    assert tsdb_query.step_for(600, 15.2) == 16  # whole seconds, never finer than a scrape
+    assert 86_400 / tsdb_query.step_for(86_400, 1.0) <= tsdb_query.MAX_POINTS
+
+
+def test_a_rebuilt_counter_gives_the_analysis_its_rates_back():
+    """Counters come back from Prometheus as per-host rates; rebuilt as a counter, hosts' own rate() (the one
+    the dump path uses) turns them into those same rates, gaps included."""
+    from jobkit.analysis import tsdb_query
+    from jobkit.observe import tsdb_dump
+
+    rates = [(100.0, 7.0), (110.0, 2.0), (120.0, 4.5), (150.0, 1.0)]
+    assert tsdb_dump.rate(tsdb_query._rebuilt_counter(rates)) == rates[1:]

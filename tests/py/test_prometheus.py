@@ -370,6 +370,58 @@ def test_the_backfills_admin_api_refuses_requests_without_its_password(stopped_t
     assert not web_config.exists()
 
 
+def test_analyzes_private_prometheus_answers_only_its_password_and_has_no_admin_api(stopped_tsdb, prometheus_bin):
+    """`jobkit analyze` queries a throwaway Prometheus over a view of a job's TSDB (private=True): another user
+    of the node may not read the job's metrics through it, and it has no admin API at all."""
+    import urllib.error
+    import urllib.request
+
+    from jobkit.observe import promserver
+
+    server = promserver.start(str(stopped_tsdb), str(prometheus_bin), private=True)
+    try:
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(server.url + "/api/v1/query?query=up", timeout=10)
+        assert refused.value.code == 401
+        with urllib.request.urlopen(server.request("/api/v1/status/flags"), timeout=10) as resp:
+            flags = json.loads(resp.read())["data"]
+        assert flags["web.enable-admin-api"] == "false" and flags["web.config.file"]
+        web_config = Path(flags["web.config.file"])
+    finally:
+        server.stop()
+    assert not web_config.exists()
+
+
+def test_analyzes_prometheus_replays_a_real_wal_through_its_view_and_leaves_every_byte(stopped_tsdb, prometheus_bin):
+    """jobkit.analysis.tsdb_query starts Prometheus over a view of links to a TSDB whose WAL a real Prometheus
+    wrote (a new WAL segment, chunks_head/ and its shutdown land in the view): every file and dir of the TSDB
+    is as it was, byte for byte, and no Prometheus or scratch dir is left. Its WAL holds no resource gauge, so
+    the read ends in QueryError (analyze then dumps it), after Prometheus replayed the WAL and answered."""
+    import hashlib
+    import tempfile
+
+    from jobkit.analysis import tsdb_query
+
+    def state(root):
+        out = {"": root.stat().st_mtime_ns}
+        for p in sorted(root.rglob("*")):
+            st = p.lstat()
+            digest = hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() else None
+            out[str(p.relative_to(root))] = (digest, st.st_size, st.st_mtime_ns, st.st_mode)
+        return out
+
+    def scratch():
+        tmp = Path(tempfile.gettempdir())
+        return {p.name for p in tmp.iterdir() if p.name.startswith(("jobkit-promql-", "promserver."))}
+
+    assert any((stopped_tsdb / "wal").iterdir())
+    before, left = state(stopped_tsdb), scratch()
+    with pytest.raises(tsdb_query.QueryError, match="no host series sampled twice"):
+        tsdb_query.read(str(stopped_tsdb), str(prometheus_bin))
+    assert state(stopped_tsdb) == before
+    assert scratch() <= left
+
+
 # ---- bad input to list and view, on TSDB dirs made by hand (no Prometheus runs)
 
 META = '{"ulid": "%s", "minTime": 1795000000000, "maxTime": 1795000600000, "version": 1}'

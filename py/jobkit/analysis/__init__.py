@@ -5,6 +5,7 @@
   build              one job's analysis document and plot panels
   anomalies          what looks wrong in a job, each with its evidence
   hosts              per-host resource series from the job's TSDB
+  tsdb_query         a TSDB read through PromQL: a throwaway Prometheus over a view, per-host lines downsampled (observe.tsdb_dump, the promtool dump, is the fallback)
   report             report.html: one self-contained page
   compare            `jobkit compare JOB...`: jobs side by side, terminal and HTML
   dashboard          the workspace page: every job in one table, TGS per model over time

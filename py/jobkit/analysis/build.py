@@ -1,7 +1,7 @@
 """One job's analysis: the analysis.json document and the plot panels of its report.
 
 Numbered steps, each its own function: 1. read the log and job dir (jobkit.analysis.job); 2. read the TSDB,
-when the job has one, read-only (tsdb_dump); 3. per-host resource lines and summaries (hosts); 4. anomalies;
+when the job has one, read-only (tsdb_query, else tsdb_dump); 3. per-host resource lines and summaries (hosts); 4. anomalies;
 5. the document, with every key present (null where unknown) and `missing` saying which panels have no data
 and why. The keys are listed in the README's Analysis section; SCHEMA goes up when one changes meaning.
 """
@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from jobkit.analysis import anomalies, hosts
+from jobkit.analysis import anomalies, hosts, tsdb_query
 from jobkit.analysis.job import JobFacts, mfu_note, provenance
 from jobkit.core import metrics_state, tgs
 from jobkit.observe import tsdb_blocks, tsdb_dump
@@ -63,32 +63,47 @@ def _tsdb_dir(job_dir: Path) -> Path | None:
     return None
 
 
-def _read_tsdb(facts: JobFacts) -> tuple[dict, str | None, str | None, str | None]:
-    """(series, tsdb path, why there are none, which blocks are damaged). promtool skips a block whose meta.json
+def _read_tsdb(facts: JobFacts) -> tuple[dict, str | None, str | None, str | None, dict | None]:
+    """(series, tsdb path, why there are none, which blocks are damaged, how it was read: {via: promql and its
+    step_s, or promtool tsdb dump and why}). Prometheus answers PromQL over a view (tsdb_query: per-host lines,
+    downsampled past MAX_POINTS scrapes); the dump is the fallback. promtool skips a block whose meta.json
     is damaged: the series are what the healthy blocks hold, and the damage is named, never "no data"."""
     ray = metrics_state.ray_asked(facts.header)
     where = _tsdb_dir(facts.job_dir)
     if where is None:
         if ray and facts.log.metrics_off:  # the reason the job itself gave (core.metrics_state)
-            return {}, None, f"RAY=1 but metrics were off: {facts.log.metrics_off}", None
+            return {}, None, f"RAY=1 but metrics were off: {facts.log.metrics_off}", None, None
         if (facts.job_dir / "prometheus").is_dir():
             return (
                 {},
                 str(facts.job_dir / "prometheus"),
                 "the job's prometheus/ dir holds no TSDB data (no WAL, no block)",
                 None,
+                None,
             )
         why = "the job ran without RAY=1, so no metrics were scraped" if not ray else "the job has no prometheus/ dir"
-        return {}, None, why, None
+        return {}, None, why, None, None
     bad = tsdb_blocks.damaged(str(where))
     damage = tsdb_blocks.damage_text(str(where), bad) if bad else None
+    data = None
+    if not bad:  # a damaged block stops Prometheus; promtool skips it and reads the rest
+        try:
+            data, step = tsdb_query.read(str(where))
+            read = {"via": "promql", "step_s": step}
+        except tsdb_query.QueryError as e:
+            read = {"via": "promtool tsdb dump", "why": f"Prometheus could not answer: {e}"}
+    else:
+        read = {"via": "promtool tsdb dump", "why": "a damaged block"}
     try:
-        data = tsdb_dump.read(str(where), hosts.hosts_families())
+        if not data:  # also an empty answer: the dump says why (a WAL Prometheus repaired in its view, say)
+            if data is not None:
+                read = {"via": "promtool tsdb dump", "why": "Prometheus found no host series"}
+            data = tsdb_dump.read(str(where), hosts.hosts_families())
     except tsdb_dump.TsdbReadError as e:
-        return {}, str(where), f"{e}; also, {damage}" if damage else str(e), damage
+        return {}, str(where), f"{e}; also, {damage}" if damage else str(e), damage, read
     if not data:
-        return {}, str(where), damage or "the TSDB holds none of the exporter's or Ray's host series", damage
-    return data, str(where), None, damage
+        return {}, str(where), damage or "the TSDB holds none of the exporter's or Ray's host series", damage, read
+    return data, str(where), None, damage, read
 
 
 def _job_section(facts: JobFacts) -> dict:
@@ -215,7 +230,7 @@ def _hang(facts: JobFacts, lines: dict) -> dict | None:
 
 
 def build(facts: JobFacts) -> Analysis:
-    data, tsdb_path, tsdb_why, damage = _read_tsdb(facts)
+    data, tsdb_path, tsdb_why, damage, tsdb_read = _read_tsdb(facts)
     lines = {res.key: hosts.host_lines(data, res) for res in hosts.RESOURCES} if data else {}
     errors = hosts.error_increases(data) if data else []
     found, counts = anomalies.find(facts, lines, errors)
@@ -267,6 +282,7 @@ def build(facts: JobFacts) -> Analysis:
             "tsdb": tsdb_path,
             "available": bool(data),
             "why_not": tsdb_why,
+            "read": tsdb_read,
             "names": hosts.hosts_seen(data) if data else [],
             "time_range": list(tsdb_dump.time_range(data) or []) or None,
             "resources": {

@@ -1,7 +1,8 @@
 """A throwaway Prometheus on an existing TSDB dir: started on 127.0.0.1, waited for, stopped by PID.
 
 Used where a Prometheus must open a TSDB for a moment or for browsing, never for scraping: the backfill's
-persist-head step (jobkit.observe.tb_backfill) and ``jobkit tsdb view`` (utils/prometheus.sh view). The per-job
+persist-head step (jobkit.observe.tb_backfill), ``jobkit tsdb view`` (utils/prometheus.sh view) and analyze's
+PromQL over a view of a job's TSDB (jobkit.analysis.tsdb_query, private=True: password, no admin API). The per-job
 Prometheus that scrapes during a job is the shell's (utils/lib/prometheus.sh).
 
 Start-up failures are told apart from Prometheus's log: a port someone else took in the meantime -> the next
@@ -203,9 +204,12 @@ def start(
     ready_timeout=30,
     on_port_taken=None,
     admin_api=False,
+    private=False,
 ):
     """Starts prometheus on TSDB, listening on 127.0.0.1: FIRST_PORT or the next free one of TRIES (None: a
-    port the kernel picks, TRIES times). Returns a ready Server; raises PromServerError (TSDB as found)."""
+    port the kernel picks, TRIES times). Returns a ready Server; raises PromServerError (TSDB as found).
+    PRIVATE (implied by ADMIN_API): every request needs this process's random password, since loopback is
+    shared by every user of the node and the TSDB's data may be theirs to read only through us."""
     busy = serving_pid(tsdb)
     if busy:
         raise PromServerError(f"{tsdb} is in use by a running Prometheus (pid {busy}): stop it first")
@@ -215,11 +219,15 @@ def start(
     with open(config, "w") as f:
         f.write(NO_TARGETS_CONFIG)
     auth = None
-    if admin_api:
+    if admin_api or private:
         web_config, auth = _admin_web_config(workdir)
-        extra_args = [*extra_args, "--web.enable-admin-api"]
+        if admin_api:
+            extra_args = [*extra_args, "--web.enable-admin-api"]
         if web_config:
-            extra_args.append(f"--web.config.file={web_config}")
+            extra_args = [*extra_args, f"--web.config.file={web_config}"]
+        elif private:
+            shutil.rmtree(workdir, ignore_errors=True)
+            raise PromServerError("this system's libcrypt has no bcrypt, so a private Prometheus cannot start")
     before = _tree(tsdb)
     port = first_port
     try:
