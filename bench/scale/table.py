@@ -22,7 +22,18 @@ import math
 import sys
 
 TARGET_NODES, TARGET_STEPS = 512, 86_400
-LOG_OPS = ("verdict", "tgs", "why", "jobs", "analyze", "compare", "dashboard", "monitor poll (first)")
+LOG_OPS = (
+    "verdict",
+    "tgs",
+    "why",
+    "jobs",
+    "tag",
+    "metrics-state",
+    "analyze",
+    "compare",
+    "dashboard",
+    "monitor poll (first)",
+)
 MONITOR_READ_LIMIT = 64 << 20  # ops/monitor.READ_LIMIT: one poll reads at most this much new log
 
 
