@@ -125,9 +125,11 @@ def monitor_poll(ws: Path, nodes: int) -> None:
     first = time.process_time() - t0
     log = ws / f"900002-scale-{nodes}n.log"
     catch_up = 1
-    while mon.state["jobs"]["900002"]["offset"] < log.stat().st_size:
+    while (offset := mon.state["jobs"]["900002"]["offset"]) < log.stat().st_size:
         mon.poll()
         catch_up += 1
+        if mon.state["jobs"]["900002"]["offset"] == offset:
+            sys.exit("measure.py: a monitor poll read nothing new (a line longer than READ_LIMIT?)")
     with open(log, "a") as fh:
         fh.write("".join(_step_line(r, 10**6) for r in range(nodes)))
     t0 = time.process_time()
