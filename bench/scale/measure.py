@@ -4,18 +4,21 @@ Summary: Time and peak memory of every per-job operation at N nodes, and the mod
 
 For each N: simulate.py's job log of N ranks x STEPS steps in a workspace of its own, then each operation as a
 child process (wall time, and peak RSS from wait4): the end-of-run verdict (`jobkit tgs --line`, as
-_job.sbatch runs it), `tgs`, `why`, `jobs`, `analyze` (the log part: no TSDB), `compare` (the job with itself),
-`dashboard`, a monitor poll (the first, which reads the whole running log, and a later one that reads one step),
+_job.sbatch runs it), `tgs`, `why`, `jobs`, `tag` (--dry-run), `metrics-state --summary` (as every job's end
+runs it), `analyze` (the log part: no TSDB), `compare` (the job with itself), `dashboard`, a monitor poll (the
+first, which reads up to READ_LIMIT of the running log, and a steady one: once the polls have caught up with the
+log, the poll after one more step of every rank),
 a hang-watchdog look (CPU per look over one look's new lines: two steps of every rank), and the stacks
 collection (the first watchdog counting N stacks files). Then the largest point, N=512 x BIG_STEPS, for the
 log operations, and the workspace operations over JOBS finished 8-node jobs. The jobkit measured is the one
 of $SCALE_PYTHON (another checkout's venv python, to compare; default this venv's, this checkout's jobkit). Each result is one JSON line on stdout.
 Side by side: SCALE_BEFORE=<another checkout's py/ dir> runs each log operation first with that jobkit (its
 PYTHONPATH) on the same log, just before this one, its rows marked "side": "before" (table.py shows them as
-`before -> after`). --ops tgs,analyze,...: only those log operations, and nothing else (no monitor, watchdog,
-stacks or workspace); --ops tsdb: only analyze's TSDB part. That part (`analyze (TSDB)`, --tsdb-nodes 8,64 x
---tsdb-hours 1 by default): make_synthetic_job.py's TSDB of N 8-GPU nodes at 5 s, read as analyze reads it
-in a child, by `promtool tsdb dump` (side "before") and by PromQL through a throwaway Prometheus (after).
+`before -> after`). --ops tgs,analyze,...: only those log operations, and nothing else (no watchdog, stacks or
+workspace; the monitor's polls only when --ops names `monitor`); --ops tsdb: only analyze's TSDB part. That part
+(`analyze (TSDB)`, --tsdb-nodes 8,64 x --tsdb-hours 1 by default): make_synthetic_job.py's TSDB of N 8-GPU nodes
+at 5 s, read as analyze reads it in a child, by `promtool tsdb dump` (side "before") and by PromQL through a
+throwaway Prometheus (after).
 --day-steps 86400: the log operations also on a log of that many steps at the largest N,
 written with a sparse middle (simulate.py --hole: its ends and its step summary are real, its middle a hole of
 the right size), this jobkit only: it shows what a reader of a 24 h log's ends and summary costs, measured.
@@ -80,6 +83,8 @@ def log_ops(
         "tgs": jobkit("tgs", str(log)),
         "why": jobkit("why", str(log), "--status", "FAILED", "--exit-code", "1"),
         "jobs": jobkit("jobs", "--workspace", str(ws)),
+        "tag": jobkit("tag", "900001", "--workspace", str(ws), "--dry-run"),
+        "metrics-state": jobkit("metrics-state", "--summary", str(log)),
         "analyze": jobkit("analyze", str(log), "--workspace", str(ws), "--output", str(out / "analysis")),
         "compare": jobkit("compare", str(log), str(log), "--workspace", str(ws), "--html", str(out / "c.html")),
         "dashboard": jobkit("dashboard", "--workspace", str(ws), "-o", str(out / "d.html")),
@@ -93,22 +98,24 @@ def log_ops(
             emit(op, nodes, steps, wall, rss, cpu, log_bytes=size, side="before")
         wall, rss, cpu, _ = child(cmd)
         emit(op, nodes, steps, wall, rss, cpu, log_bytes=size, **({"hole": True} if hole else {}))
-    if only or hole:
+    if (only and "monitor" not in only) or hole:
         log.unlink()
         return
-    # The monitor over the same job, still running (no JOB SUMMARY): its first poll reads the whole log.
+    # The monitor over the same job, still running (no JOB SUMMARY): its first poll reads up to READ_LIMIT.
     running = ws / f"900002-scale-{nodes}n.log"
     simulate.write_log(running, nodes, steps, "none", job_id="900002", summary=False)
     wall, rss, cpu, text = child([PYTHON, str(HERE / "measure.py"), "--monitor", str(ws), str(nodes)])
-    first, later = (float(x) for x in text.split()[-2:])
-    emit("monitor poll (first)", nodes, steps, first, rss, first)
-    emit("monitor poll (later)", nodes, steps, later, rss, later)
+    first, steady, catch_up = text.split()[-3:]
+    emit("monitor poll (first)", nodes, steps, float(first), rss, float(first))
+    emit("monitor poll (steady)", nodes, steps, float(steady), rss, float(steady), catch_up_polls=int(catch_up))
     for path in (log, running):
         path.unlink()
 
 
 def monitor_poll(ws: Path, nodes: int) -> None:
-    """(In a child) one first poll, then append one step of every rank and time a later poll: CPU seconds."""
+    """(In a child) the CPU seconds of the first poll, and of a steady one: the polls go on until they have read
+    the whole log (each reads at most READ_LIMIT), then one step of every rank is appended and one poll timed.
+    Prints both and how many polls it took to catch up."""
     from jobkit.ops.monitor import Monitor
 
     stub = ws / "bin" / "squeue"
@@ -120,11 +127,20 @@ def monitor_poll(ws: Path, nodes: int) -> None:
     t0 = time.process_time()
     mon.poll()
     first = time.process_time() - t0
-    with open(ws / f"900002-scale-{nodes}n.log", "a") as fh:
+    log = ws / f"900002-scale-{nodes}n.log"
+    catch_up = 1
+    while (offset := mon.state["jobs"]["900002"]["offset"]) < log.stat().st_size:
+        mon.poll()
+        catch_up += 1
+        if mon.state["jobs"]["900002"]["offset"] == offset:
+            sys.exit("measure.py: a monitor poll read nothing new (a line longer than READ_LIMIT?)")
+    with open(log, "a") as fh:
         fh.write("".join(_step_line(r, 10**6) for r in range(nodes)))
     t0 = time.process_time()
     mon.poll()
-    print(first, time.process_time() - t0)
+    steady = time.process_time() - t0
+    assert mon.state["jobs"]["900002"]["offset"] == log.stat().st_size, "the steady poll read the new step whole"
+    print(first, steady, catch_up)
 
 
 def _step_line(rank: int, step: int) -> str:

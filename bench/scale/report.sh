@@ -4,9 +4,10 @@
 #
 # Simulates (bench/scale/simulate.py) the job log of N ranks x STEPS steps for each N, the largest point
 # 512 x BIG_STEPS, hang stacks of N hosts and a workspace of JOBS jobs, times each operation on them
-# (bench/scale/measure.py: the end-of-run verdict, tgs, why, jobs, analyze, compare, dashboard, a monitor poll,
-# a hang-watchdog look, the stacks collection; and analyze's TSDB part at 8 and 64 nodes x 1 h of TSDB, by the
-# dump before and PromQL after, ~2 min) and prints one table (bench/scale/table.py) with the growth
+# (bench/scale/measure.py: the end-of-run verdict, tgs, why, jobs, tag, metrics-state --summary, analyze,
+# compare, dashboard, a monitor poll (the first, and a steady one once caught up), a hang-watchdog look, the
+# stacks collection; and analyze's TSDB part at 8 and 64 nodes x 1 h of TSDB, by the dump before and PromQL
+# after, ~2 min) and prints one table (bench/scale/table.py) with the growth
 # order and the model's prediction at 512 nodes x 24 h, or, for the log readers, their measurement on a
 # 512 x DAY_STEPS log whose middle is a sparse hole (its ends and step summary are real; 0: none). Then the live scrape (bench/scale/scrape.py: the job's
 # Prometheus scraping N loopback endpoints that serve a recorded 8-GPU node's exporter page, ~100 s per N, at 5 s

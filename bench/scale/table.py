@@ -22,7 +22,19 @@ import math
 import sys
 
 TARGET_NODES, TARGET_STEPS = 512, 86_400
-LOG_OPS = ("verdict", "tgs", "why", "jobs", "analyze", "analyze (TSDB)", "compare", "dashboard", "monitor poll (first)")
+LOG_OPS = (
+    "verdict",
+    "tgs",
+    "why",
+    "jobs",
+    "tag",
+    "metrics-state",
+    "analyze",
+    "analyze (TSDB)",
+    "compare",
+    "dashboard",
+    "monitor poll (first)",
+)
 MONITOR_READ_LIMIT = 64 << 20  # ops/monitor.READ_LIMIT: one poll reads at most this much new log
 
 
@@ -246,7 +258,7 @@ def main() -> int:
     head = f"{'operation':<24}" + "".join(f"{str(n) + ' nodes':>30}" for n in nodes)
     print(head + f"{'512 x big steps':>30}{'order':>8}{'512 x 24 h (pred)':>34}")
     for op, e in after.items():
-        unit = "ms" if op in ("watchdog look", "stacks collection") else "s"
+        unit = "ms" if op in ("watchdog look", "stacks collection", "monitor poll (steady)") else "s"
         b = before.get(op) if before else None
 
         def both(now, then, unit=unit):
@@ -269,7 +281,8 @@ def main() -> int:
             pred = f"{top['stack_bytes'] / 1e6:.0f} MB of stacks"
         print(f"{op:<24}{cols}{big:>30}{e['order']:>8}{pred:>34}")
     print(
-        "cells: wall time and peak RSS of the command (watchdog look: CPU per look, 2 steps of every rank);"
+        "cells: wall time and peak RSS of the command (watchdog look: CPU per look, 2 steps of every rank; monitor"
+        " poll (steady): CPU of a poll, once caught up, over one more step of every rank);"
         f" pred: a + b*(nodes x steps) fitted to the measured points, at {TARGET_NODES} x {TARGET_STEPS} steps"
     )
     if any(e.get("measured") for e in after.values()):

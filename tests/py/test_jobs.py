@@ -290,3 +290,60 @@ def test_metrics_state_summary_takes_one_job_log(workspace):
     not_a_log = run("metrics-state", "--summary", str(workspace / "notes.log"))
     assert not_a_log.exit_code == 1 and "not a job log" in not_a_log.output
     assert run("metrics-state", "--summary", str(workspace / "31-JAX-tiny-pre1.log")).output == "", "no RAY=1"
+
+
+OBS_OFF = "0: [observability] metrics are off: no prometheus binary on PATH (training goes on)\n"
+
+
+def _steps(first: int, last: int, ranks: int = 4) -> str:
+    return "".join(
+        f"{r}: I1124 16:18:29.991666 1405007143 metric_logger.py:265] completed step: {s}, seconds: 1.005, "
+        f"TFLOP/s/device: 398.010, Tokens/s/device: 32604.975, total_weights: 262144, loss: 2.221\n"
+        for s in range(first, last + 1)
+        for r in range(ranks)
+    )
+
+
+def _ray_log(path: Path, hole: int) -> int:
+    """A finished RAY=1 job whose `[observability]` line comes before its first step (rank 0 prints it before
+    training starts), with HOLE bytes of sparse middle (NULs, no newline) between its first and last 300 steps."""
+    with open(path, "w") as fh:
+        fh.write("JOB_ID=77\nJOB_NAME=ray\nNNODES=4\nMODEL_NAME=m\nRAY=1\n== Training BEGIN (no timeout) ==\n")
+        fh.write(OBS_OFF + _steps(0, 299))
+        fh.flush()
+        fh.buffer.seek(hole, os.SEEK_CUR)
+        fh.write(_steps(90_000, 90_299) + SUMMARY.format(id=77, wall="25h", status="SUCCESS (exit 0)"))
+    return path.stat().st_size
+
+
+def _bytes_read() -> int:
+    """What this process has read so far (every read call, a sparse hole's NULs too): /proc/self/io's rchar."""
+    with open("/proc/self/io") as fh:
+        return next(int(line.split()[1]) for line in fh if line.startswith("rchar:"))
+
+
+def test_metrics_state_reads_a_big_log_above_its_first_step_and_at_its_end(tmp_path):
+    log = tmp_path / "77-ray.log"
+    size = _ray_log(log, 80 << 20)
+    before = _bytes_read()
+    summary = run("metrics-state", "--summary", str(log))
+    listed = run("metrics-state", "--workspace", str(tmp_path))
+    read = _bytes_read() - before
+    assert summary.exit_code == 0 and summary.output == "off (no prometheus binary on PATH)\n"
+    assert listed.output == "77-ray  off  no TSDB: no prometheus binary on PATH\n"
+    assert read < size / 8, f"read {read} of {size} bytes for both: the middle was read"
+
+
+def test_metrics_state_of_a_log_read_at_its_ends_is_the_whole_reads(tmp_path, monkeypatch):
+    from jobkit.core import logparse
+
+    log = tmp_path / "77-ray.log"
+    _ray_log(log, 0)  # ~180 KB, whole
+    whole = logparse.parse_file(str(log)).metrics_off
+    monkeypatch.setattr(logparse, "BIG_LOG", 16 << 10)  # its ends only: the head to step 64, the last 4 MB
+    monkeypatch.setattr(logparse, "END_BYTES", 16 << 10)
+    assert logparse.parse_ends(str(log), 0).partial
+    assert whole == "no prometheus binary on PATH"
+    assert run("metrics-state", "--summary", str(log)).output == f"off ({whole})\n"
+    (tmp_path / "77-ray" / "prometheus" / "wal").mkdir(parents=True)  # a TSDB: on, whatever the log says
+    assert run("metrics-state", "--summary", str(log)).output == f"{tmp_path / '77-ray' / 'prometheus'}\n"

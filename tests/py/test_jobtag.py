@@ -1,6 +1,7 @@
 """`jobkit tag`: a finished job's steady-state TGS in its log and job dir names, on a workspace of real job logs
 (fixtures with the launchers' JOB SUMMARY appended) and the links and records the launchers and sweeps leave."""
 
+import importlib.util
 import json
 import os
 import shutil
@@ -13,6 +14,13 @@ from click.testing import CliRunner
 from conftest import FIXTURES, JOBKIT_LOGS, NEEDS_ROOT, jobkit_without_root_powers
 
 from jobkit.cli import main
+from jobkit.core import logparse, tgs
+from jobkit.ops import jobtag
+
+REPO = Path(__file__).resolve().parents[2]
+_spec = importlib.util.spec_from_file_location("scale_simulate", REPO / "bench" / "scale" / "simulate.py")
+simulate = importlib.util.module_from_spec(_spec)  # bench/scale's simulated job logs (srun -l, absl, a sparse middle)
+_spec.loader.exec_module(simulate)
 
 SUMMARY = "==== JOB SUMMARY ====\n  Job:    {id}\n  Wall:   29s\n  Status: {status}\n=====================\n"
 PRE1 = "31-JAX-tiny-pre1"  # 2 nodes, steady steps 5-9 and 40-45 logged: 4,882 TGS/device (as `jobkit jobs` says)
@@ -331,3 +339,45 @@ def test_a_job_tagged_meanwhile_is_already_tagged(ws, monkeypatch):
     result = run("tag", "latest", "--workspace", str(ws))
     assert result.exit_code == 0, result.output
     assert result.output == f"{PRE1}: already tagged as {TAGGED}; nothing to do\n"
+
+
+def _bytes_read() -> int:
+    """What this process has read so far (every read call, a sparse hole's NULs too): /proc/self/io's rchar."""
+    with open("/proc/self/io") as fh:
+        return next(int(line.split()[1]) for line in fh if line.startswith("rchar:"))
+
+
+def _whole_read_tgs(log: Path) -> float:
+    return tgs.summarize(logparse.parse_file(str(log))).tgs
+
+
+def test_a_big_log_is_read_at_its_ends_only_and_tagged_with_the_whole_reads_number(tmp_path):
+    """A finished 8-node log of 40,000 steps whose middle is a sparse hole (~80 MB of NULs without a newline):
+    tag reads its head (steady window) and its end (JOB SUMMARY), a small part of it, and finds the number a
+    whole read finds."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    log = ws / "900001-scale-8n.log"
+    size = simulate.write_log(log, 8, 40_000, "SUCCESS", summary=False, hole=True)
+    assert size > 4 * logparse.BIG_LOG
+    before = _bytes_read()
+    value, status = jobtag.steady_tgs(log)
+    read = _bytes_read() - before
+    assert read < size / 8, f"read {read} of {size} bytes: the middle was read"
+    assert status == "SUCCESS" and value == _whole_read_tgs(log)
+    result = run("tag", "900001", "--workspace", str(ws), "--dry-run")
+    assert result.exit_code == 0, result.output
+    assert result.output.splitlines()[0] == (
+        f"would rename 900001-scale-8n.log -> 900001-scale-8n-tgs{value:.0f}.log ({value:,.0f} TGS/device)"
+    )
+
+
+def test_a_log_read_at_its_ends_gives_the_number_of_a_whole_read(tmp_path, monkeypatch):
+    # A 600-step log counts as big here, with an end that holds its last ~8 steps: only its ends are read.
+    log = tmp_path / "900002-scale-4n.log"
+    simulate.write_log(log, 4, 600, "SUCCESS", job_id="900002", summary=False)
+    monkeypatch.setattr(logparse, "BIG_LOG", 64 << 10)
+    monkeypatch.setattr(logparse, "END_BYTES", 8 << 10)
+    assert logparse.parse_ends(str(log), tgs.steps_needed()).partial
+    value, status = jobtag.steady_tgs(log)
+    assert status == "SUCCESS" and value is not None and value == _whole_read_tgs(log)

@@ -128,7 +128,7 @@ def _metrics_rows(paths: list[str], ended: bool | None) -> list[tuple[str, metri
     for path in paths:
         name = os.path.basename(metrics_state.job_dir_of(path))
         try:
-            log = logparse.parse_file(path)
+            log = logparse.parse_ends(path, 0)  # header to the first step, and the end (as --summary)
         except OSError as exc:  # one unreadable log is one row that says so, and the others are listed
             rows.append((name, f"cannot read {path}: {exc.strerror or exc}"))
             continue
@@ -166,7 +166,10 @@ def metrics_state_command(logs, ws, only_off, summary):
     if summary:
         if len(logs) != 1:
             raise JobkitError("metrics-state", "--summary takes one job log; pass <JOB_WORKSPACE>/<JOB_DIR>.log")
-        log = load_log("metrics-state", logs[0], steps=False)  # its first `[observability]` line, wherever it is
+        # The `[observability]` line comes from rank 0 before training starts (utils/lib/observability.sh), so it
+        # sits above the first step: a big log is read there and at its end (run on the first node at every
+        # job's end: a whole read of a 24 h log was minutes), as `jobkit jobs` reads it.
+        log = load_log("metrics-state", logs[0], first_steps=0)
         found = metrics_state.state(log.header, log.metrics_off, metrics_state.job_dir_of(logs[0]), ended=True)
         if found.summary_value():
             click.echo(found.summary_value())

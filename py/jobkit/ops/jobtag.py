@@ -72,8 +72,9 @@ class Plan:
 
 def steady_tgs(log: Path) -> tuple[float | None, str | None]:
     """The steady-state TGS/device (None without a finite steady step) and the JOB SUMMARY status;
-    logparse.LogError when the log cannot be read."""
-    parsed = logparse.load(str(log))
+    logparse.LogError when the log cannot be read. Both sit at the log's ends (the steady window near its first
+    step, the summary at its end), so a big log is read there only, as `jobkit jobs` reads it: the same number."""
+    parsed = logparse.load(str(log), tgs.steps_needed())
     summary = tgs.summarize(parsed)
     value = summary.tgs if summary.tgs is not None and math.isfinite(summary.tgs) else None
     return value, parsed.footer_status
