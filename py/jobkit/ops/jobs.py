@@ -92,6 +92,12 @@ def job_logs(ws: Path) -> list[Path]:
 def read_job(path: Path, why: bool = False) -> Job:
     """The job LOG records; OSError when it cannot be read (the dashboard makes that a row of its own). WHY:
     also `jobkit why`'s verdict on a job that did not succeed (classify_job), from the same tail read."""
+    return read_job_and_log(path, why)[0]
+
+
+def read_job_and_log(path: Path, why: bool = False) -> tuple[Job, logparse.JobLog]:
+    """read_job's Job and the log's ends as it parsed them, for a reader that shows more of them (the dashboard:
+    the model alias, MFU) without a second read of the log."""
     parsed = logparse.parse_ends(str(path), tgs.steps_needed())  # header, steady window, end: not a whole big log
     m = _JOB_LOG.match(path.name)
     header = parsed.header
@@ -106,7 +112,7 @@ def read_job(path: Path, why: bool = False) -> Job:
     obs = metrics_state.state(
         header, parsed.metrics_off, metrics_state.job_dir_of(str(path)), bool(parsed.footer_status)
     )
-    return Job(
+    job = Job(
         header.get("JOB_ID") or m.group("id"),
         header.get("JOB_NAME") or m.group("name"),
         header.get("MODEL_NAME", "?"),
@@ -123,6 +129,7 @@ def read_job(path: Path, why: bool = False) -> Job:
         obs.reason if obs.off else None,
         *(_verdict(path, parsed, tail) if asked else ("-", None)),
     )
+    return job, parsed
 
 
 def _verdict(path: Path, parsed: logparse.JobLog, tail: str) -> tuple[str, dict | None]:
