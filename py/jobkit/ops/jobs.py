@@ -4,9 +4,11 @@ A job is its log, `<workspace>/<JOB_ID>-<JOB_NAME>.log`, written by run_local.sh
 table shows comes from that log alone (header, step lines, JOB SUMMARY), so it works on a login node with no
 scheduler access and for jobs of any age. A job that did not succeed gets `jobkit why`'s verdict (its class and
 blamed host, `hang@node2`; its retry decision and advice with --why and in --json), from the log's tail (the
-read that finds the wall time, so no second read of a big log) with its step lines thinned first (_thin_steps). A job is named on the command line by `latest`, its id (matched whole),
-a leading part of its id up to a '_', a unique part of its name, or its log / job dir path (resolve). A log that
-cannot be read is a row that says so in `jobs`, and one line from `tail`.
+read that finds the wall time, so no second read of a big log) with its step lines thinned first (_thin_steps);
+the dashboard's rows are read the same way (read_job_and_log), so its failure column is this WHY. A job is named
+on the command line by `latest`, its id (matched whole), a leading part of its id up to a '_', a unique part of
+its name, or its log / job dir path (resolve). A log that cannot be read is a row that says so in `jobs`, and
+one line from `tail`.
 """
 
 from __future__ import annotations
