@@ -20,6 +20,7 @@ from browser import BrowserError, artifact_path, load, open_tab
 from click.testing import CliRunner
 from conftest import FIXTURES, JOBKIT_LOGS, NEEDS_ROOT, jobkit_without_root_powers
 from test_hang_cause import real_two_node_job
+from test_hang_metrics import SPIN, hang_job, needs_promtool
 from test_jobs_why import EXPECTED, SOME, corpus_workspace, why_json, whys_word
 
 from jobkit.analysis import dashboard, dashboard_serve
@@ -277,6 +278,17 @@ def test_a_hang_row_blames_the_node_why_blames_from_its_recorded_stacks(tmp_path
     assert [r.failure for r in dashboard.collect(tmp_path, page_dir, cache)] == ["hang"] == [whys_word(why_json(log))]
     aside.rename(log.with_suffix(""))
     assert [r.failure for r in dashboard.collect(tmp_path, page_dir, cache)] == ["hang@node2"]
+
+
+@needs_promtool
+def test_a_ray_hang_row_blames_the_host_the_tsdb_blames_as_why_does(tmp_path):
+    """Both ranks' stacks wait alike; only the TSDB's window tells that node2's GPUs went idle: the row says so."""
+    log = hang_job(tmp_path, {"node1": SPIN, "node2": {**SPIN, "busy": (97, 0), "power": (900, 60)}})
+    text, title = failure_cells(tmp_path)["500"]
+    assert text == whys_word(why_json(log)) == "hang@node2"
+    assert "host node2 (metrics: node2's GPUs were idle (0% busy)" in title and "retry: retry-without-node" in title
+    shutil.rmtree(log.with_suffix("") / "prometheus")  # the same job without its TSDB: nobody is to blame
+    assert failure_cells(tmp_path)["500"][0] == whys_word(why_json(log)) == "hang"
 
 
 def test_every_corpus_log_gets_the_class_and_host_jobkit_why_gives(tmp_path):
