@@ -5,9 +5,11 @@ Summary: Time and peak memory of every per-job operation at N nodes, and the mod
 For each N: simulate.py's job log of N ranks x STEPS steps in a workspace of its own, then each operation as a
 child process (wall time, and peak RSS from wait4): the end-of-run verdict (`jobkit tgs --line`, as
 _job.sbatch runs it), `tgs`, `why`, `jobs`, `tag` (--dry-run), `metrics-state --summary` (as every job's end
-runs it), `analyze` (the log part: no TSDB), `compare` (the job with itself), `dashboard`, a monitor poll (the
-first, which reads up to READ_LIMIT of the running log, and a steady one: once the polls have caught up with the
-log, the poll after one more step of every rank),
+runs it), `analyze` (the log part: no TSDB), `compare` (the job with itself), `dashboard`, `dashboard-hang` (the
+dashboard over one failed job of N ranks that hung, with N stacks files in its job dir: its row reads them, as
+`jobkit why` does; only when --ops names it), a monitor poll (the first, which reads up to READ_LIMIT of the
+running log, and a steady one: once the polls have caught up with the log, the poll after one more step of
+every rank),
 a hang-watchdog look (CPU per look over one look's new lines: two steps of every rank), and the stacks
 collection (the first watchdog counting N stacks files). Then the largest point, N=512 x BIG_STEPS, for the
 log operations, and the workspace operations over JOBS finished 8-node jobs. The jobkit measured is the one
@@ -88,8 +90,13 @@ def log_ops(
         "analyze": jobkit("analyze", str(log), "--workspace", str(ws), "--output", str(out / "analysis")),
         "compare": jobkit("compare", str(log), str(log), "--workspace", str(ws), "--html", str(out / "c.html")),
         "dashboard": jobkit("dashboard", "--workspace", str(ws), "-o", str(out / "d.html")),
+        "dashboard-hang": jobkit("dashboard", "--workspace", str(ws / "hang"), "-o", str(out / "dh.html")),
     }
+    if only and "dashboard-hang" in only:
+        hang_job(ws / "hang", nodes, steps)
     for op, cmd in ops.items():
+        if op == "dashboard-hang" and not (only and op in only):
+            continue
         # the big point: analyze, compare and the dashboard only when --ops names them (minutes each, before)
         if (quick and not only and op in ("analyze", "compare", "dashboard")) or (only and op not in only):
             continue
@@ -110,6 +117,33 @@ def log_ops(
     emit("monitor poll (steady)", nodes, steps, float(steady), rss, float(steady), catch_up_polls=int(catch_up))
     for path in (log, running):
         path.unlink()
+
+
+def hang_job(ws: Path, nodes: int, steps: int) -> None:
+    """A workspace of one job of NODES ranks that hung after STEPS steps: the watchdog's HANG line and a HANG
+    summary in its log, every node's stacks in its job dir."""
+    ws.mkdir()
+    log = ws / "900003-scale-hang.log"
+    simulate.write_log(log, nodes, steps, "none", job_id="900003", name="scale-hang", summary=False)
+    with open(log, "a", encoding="utf-8") as fh:
+        fh.write(
+            f"0: == HANG detected (phase training, last step {steps - 1}, 612 s since) ==\n==== JOB SUMMARY ====\n"
+            f"  Job:    900003 (scale-hang)\n  Nodes:  {nodes}\n  Status: HANG (exit 124)\n=====================\n"
+        )
+    # The recorded 2-node run's files (tests/fixtures/hang/slurm-2node-frozen-wchan): node2 stopped (T), every
+    # other node waiting as its node1 does, so the row's verdict is the real one (hang@node2 from the stacks).
+    rec = HERE.parent.parent / "tests" / "fixtures" / "hang" / "slurm-2node-frozen-wchan"
+    hang = log.with_suffix("") / "hang"
+    hang.mkdir(parents=True)
+    (hang / "HANG").write_text((rec / "HANG").read_text().replace("job=333", "job=900003"))
+    waiting = (rec / "node1.txt").read_text()
+    for r in range(nodes):
+        text = (
+            (rec / "node2.txt").read_text()
+            if r == 1
+            else waiting.replace("node1 (rank 0):", f"node{r + 1} (rank {r}):")
+        )
+        (hang / f"node{r + 1}.txt").write_text(text)
 
 
 def monitor_poll(ws: Path, nodes: int) -> None:

@@ -1,6 +1,7 @@
 """jobkit dashboard, and the headless-Chromium harness (browser.py) its page is checked with."""
 
 import datetime as dt
+import html
 import json
 import os
 import re
@@ -18,10 +19,14 @@ import pytest
 from browser import BrowserError, artifact_path, load, open_tab
 from click.testing import CliRunner
 from conftest import FIXTURES, JOBKIT_LOGS, NEEDS_ROOT, jobkit_without_root_powers
+from test_hang_cause import real_two_node_job
+from test_hang_metrics import SPIN, hang_job, needs_promtool
+from test_jobs_why import EXPECTED, SOME, corpus_workspace, why_json, whys_word
 
 from jobkit.analysis import dashboard, dashboard_serve
 from jobkit.analysis.dashboard import COLUMNS
 from jobkit.cli import main
+from jobkit.core import failures
 
 # ---------------------------------------------------------------------------------------------------------
 # The harness itself: it must catch a broken page, or a clean result from it means nothing.
@@ -239,6 +244,92 @@ def test_a_job_dir_it_may_not_read_is_marked_on_its_row_and_the_rest_render(work
     assert all("job dir unreadable" not in row for job_id, row in rows.items() if job_id != IDS[0])
 
 
+# ---------------------------------------------------------------------------------------------------------
+# The failure cell is `jobkit jobs`' WHY (issue 22): `jobkit why`'s class@host, a hang's stacks included
+
+_FAILURE_CELL = re.compile(
+    r'<tr data-job-id="([^"]+)".*?<td data-sort="([^"]*)" class="failure" title="([^"]*)">([^<]*)</td>'
+)
+
+
+def failure_cells(ws: Path) -> dict[str, tuple[str, str]]:
+    """`jobkit dashboard`'s page for WS: job id -> (the failure cell's text, its tooltip)."""
+    result = run("--workspace", str(ws))
+    assert result.exit_code == 0, result.output
+    page = (ws / dashboard.PAGE_DIR / dashboard.PAGE_NAME).read_text()
+    return {m.group(1): (m.group(4), html.unescape(m.group(3))) for m in _FAILURE_CELL.finditer(page)}
+
+
+def test_a_hang_row_blames_the_node_why_blames_from_its_recorded_stacks(tmp_path):
+    """The default-settings proof's recording (node2's rank stopped, node1 noticed and waits): the row says
+    hang@node2 with why's reason, as `jobkit why` and `jobkit jobs` do; without the stacks nobody is blamed."""
+    log = real_two_node_job(tmp_path, "slurm-2node-frozen-default", "590")
+    got = why_json(log)
+    assert (got["class"], got["host"]) == ("hang", "node2")
+    text, title = failure_cells(tmp_path)["590"]
+    assert text == whys_word(got) == "hang@node2"
+    assert title.startswith("hang: training; host node2 (stacks: node2's training (rank 1, pid 7265) is stopped (T)")
+    assert "retry: retry-without-node; advice: " in title
+    # --serve's cache: the stacks arriving in the job dir (the log untouched) change the row.
+    aside = tmp_path / "aside"
+    log.with_suffix("").rename(aside)
+    cache: dict = {}
+    page_dir = tmp_path / dashboard.PAGE_DIR
+    assert [r.failure for r in dashboard.collect(tmp_path, page_dir, cache)] == ["hang"] == [whys_word(why_json(log))]
+    aside.rename(log.with_suffix(""))
+    assert [r.failure for r in dashboard.collect(tmp_path, page_dir, cache)] == ["hang@node2"]
+
+
+@needs_promtool
+def test_a_ray_hang_row_blames_the_host_the_tsdb_blames_as_why_does(tmp_path):
+    """Both ranks' stacks wait alike; only the TSDB's window tells that node2's GPUs went idle: the row says so."""
+    log = hang_job(tmp_path, {"node1": SPIN, "node2": {**SPIN, "busy": (97, 0), "power": (900, 60)}})
+    text, title = failure_cells(tmp_path)["500"]
+    assert text == whys_word(why_json(log)) == "hang@node2"
+    assert "host node2 (metrics: node2's GPUs were idle (0% busy)" in title and "retry: retry-without-node" in title
+    shutil.rmtree(log.with_suffix("") / "prometheus")  # the same job without its TSDB: nobody is to blame
+    assert failure_cells(tmp_path)["500"][0] == whys_word(why_json(log)) == "hang"
+
+
+def test_every_corpus_log_gets_the_class_and_host_jobkit_why_gives(tmp_path):
+    logs = corpus_workspace(tmp_path, sorted(EXPECTED))
+    rows = {r.stem: r for r in dashboard.collect(tmp_path, tmp_path / dashboard.PAGE_DIR)}
+    assert len(rows) == len(EXPECTED)
+    for case, log in logs.items():
+        row, got = rows[log.stem], why_json(log)
+        assert (row.failure or "-") == whys_word(got), case
+        if row.failure:
+            expected = EXPECTED[case]
+            assert row.failure == (f"{expected['class']}@{expected['host']}" if expected["host"] else expected["class"])
+            assert row.failure_detail.startswith(got["class"]) and f"retry: {got['retry']}" in row.failure_detail
+        else:
+            assert row.status in ("SUCCESS", "STOPPED"), case
+
+
+def test_analysis_json_keeps_its_numbers_but_not_an_older_verdict(tmp_path):
+    """analysis.json is a snapshot: its TGS wins, its failure section does not (it may predate the stacks)."""
+    logs = corpus_workspace(tmp_path, ["hang-watchdog"])
+    stem = logs["hang-watchdog"].stem
+    add_analysis(tmp_path, stem, {"throughput": {"tgs": {"mean": 777.0}}, "failure": {"class": "oom"}})
+    (row,) = dashboard.collect(tmp_path, tmp_path / dashboard.PAGE_DIR)
+    assert row.tgs == 777.0 and row.failure == whys_word(why_json(logs["hang-watchdog"])) != "oom"
+
+
+def test_a_bad_catalogue_is_one_line_and_the_page_still_renders(tmp_path, monkeypatch):
+    corpus_workspace(tmp_path, SOME)
+    local = tmp_path / "site.yaml"
+    local.write_text("signatures: [\n")
+    monkeypatch.setenv(failures.LOCAL_SETTING, str(local))
+    result = run("--workspace", str(tmp_path))
+    assert result.exit_code == 0, result.output
+    problems = result.stderr.splitlines()
+    assert len(problems) == 1 and problems[0].startswith(f"jobkit dashboard: {local}: ")
+    assert problems[0].endswith("; its failure says ?")
+    rows = {r.stem: r for r in dashboard.collect(tmp_path, tmp_path / dashboard.PAGE_DIR)}
+    assert {r.failure for r in rows.values() if r.status not in ("SUCCESS", "STOPPED")} == {"?"}
+    assert {r.failure for r in rows.values() if r.status in ("SUCCESS", "STOPPED")} == {""}
+
+
 def test_bad_input_one_line_nothing_written(tmp_path, monkeypatch):
     monkeypatch.delenv("JOB_WORKSPACE", raising=False)
     result = run("--workspace", str(tmp_path / "missing"))
@@ -342,7 +433,7 @@ def test_serve_loopback_next_free_port_tunnel_rebuild_and_stop(workspace, reques
         assert re.search(rf"^\s*from your laptop:\s+ssh -N -L {port}:127\.0\.0\.1:{port} \S+@\S+", text, re.M), text
         assert _listening_on(port) == ["0100007F"]  # 127.0.0.1 only, not 0.0.0.0 or ::
         status, body = _get(f"http://127.0.0.1:{port}/")
-        assert status == 200 and body.count("data-job-id=") == 5 and ">oom<" in body
+        assert status == 200 and body.count("data-job-id=") == 5 and ">config-error<" in body
         assert _get(f"http://127.0.0.1:{port}/{stem}/analysis/report.html")[1].startswith("<html>")
         assert "MODEL_NAME=tiny" in _get(f"http://127.0.0.1:{port}/{JOBS[0][0]}")[1]
         for path in ("/../../etc/passwd", "/.dashboard/index.html", f"/{stem}/analysis/analysis.json", "/notes.log"):

@@ -1,15 +1,18 @@
 """`jobkit dashboard [--serve]`: one static page over every job in the workspace.
 
-The page is a table (date, job, model, nodes, tag, status, attempt, TGS, MFU, failure class, report) that sorts
+The page is a table (date, job, model, nodes, tag, status, attempt, TGS, MFU, failure@host, report) that sorts
 by a click on a header and filters as you type, and a plot of each model's steady-state TGS over time. It is
 one self-contained HTML file (inline CSS, JavaScript and SVG; no CDN), written to
 `$JOB_WORKSPACE/.dashboard/index.html`, so it opens from a login node's disk as well as over HTTP.
 
 What a row shows comes from the job's log the way `jobkit jobs` (status, nodes, TGS, attempt), `jobkit tgs`
-(MFU), `jobkit why` (failure class) and `jobkit tag` (the `-tgs<N>` tag) read it; when `jobkit analyze` has
-written `<job dir>/analysis/analysis.json`, its numbers win (they are the same steady window, plus what the
-log alone cannot tell), and the row links that job's report.html. A log that cannot be read is a row that
-says so; the other rows still render.
+(MFU) and `jobkit tag` (the `-tgs<N>` tag) read it, in one read of the log's ends (jobs.read_job_and_log). Its
+failure is `jobkit jobs`' WHY, `class@host` (jobs.classify_job: `jobkit why`'s verdict, with the job dir's
+hang stacks and, for a hang with a TSDB, its metrics), so the page and `why` never blame different nodes.
+When `jobkit analyze` has written `<job dir>/analysis/analysis.json`, its numbers win (they are the same
+steady window, plus what the log alone cannot tell), and the row links that job's report.html; its failure
+section does not (a snapshot of an older verdict). A log that cannot be read is a row that says so; the
+other rows still render.
 
 `--serve` serves the page on 127.0.0.1 (jobkit.analysis.dashboard_serve).
 """
@@ -27,15 +30,13 @@ from pathlib import Path
 from urllib.parse import quote
 
 from jobkit.analysis import plots
-from jobkit.core import failures, logparse, tgs
+from jobkit.core import tgs
 from jobkit.core.files import write_atomic
 from jobkit.ops import jobs, jobtag
 
 DEFAULT_PORT = 8390
 PAGE_DIR = ".dashboard"
 PAGE_NAME = "index.html"
-# Statuses that are not failures: nothing to classify.
-_NOT_FAILED = ("SUCCESS", "STOPPED")
 
 
 class DashboardError(Exception):
@@ -56,8 +57,8 @@ class Row:
     attempt: str = "-"
     tgs: float | None = None
     mfu: float | None = None
-    failure: str = ""
-    failure_detail: str = ""
+    failure: str = ""  # `jobkit jobs`' WHY: class@host (`hang@node2`), `?` when it cannot be said, "" none
+    failure_detail: str = ""  # the verdict in words (the cell's tooltip): detail, blame and how, retry, advice
     report: str | None = None  # link relative to the page
     log_link: str = ""
     source: str = "log"  # "analysis" when analysis.json gave the numbers
@@ -110,9 +111,7 @@ def read_row(log: Path, ws: Path, page_dir: Path) -> Row:
     tagged = jobtag.TAGGED.search(stem)
     row.tag = tagged.group(0).lstrip("-") if tagged else ""
     try:
-        job = jobs.read_job(log)
-        parsed = logparse.parse_ends(str(log), tgs.steps_needed())  # as read_job: not a whole big log
-        tail = failures.read_tail(str(log)) if job.status not in _NOT_FAILED else ""
+        job, parsed = jobs.read_job_and_log(log, why=True)  # the log's ends once, the verdict `jobkit jobs` gives
     except OSError as e:  # permission denied, vanished since listed, an I/O error: this row only
         row.status, row.problem = "unreadable", f"{log.name}: {e.strerror or e}"
         return row
@@ -123,18 +122,8 @@ def read_row(log: Path, ws: Path, page_dir: Path) -> Row:
     row.attempt, row.tgs = job.tries, job.tgs
     if parsed.has_steps:
         row.mfu = _finite(tgs.summarize(parsed).mfu)
-    if job.status not in _NOT_FAILED:
-        # As `jobkit why` does: the JOB SUMMARY's exit code names a signal, NODES lets a rank name its host.
-        found = failures.classify(
-            tail,
-            parsed.footer_status,
-            parsed.footer_exit,
-            has_steps=parsed.has_steps,
-            nodes=logparse.header_nodes(parsed.header)[0],
-        )
-        # Without a JOB SUMMARY the job may still be running: only a concrete cause is worth a class.
-        if parsed.footer_status or found.reason not in ("unknown", "no-steps"):
-            row.failure, row.failure_detail = found.reason, found.label
+    if job.why != "-":  # `-`: succeeded, stopped early, or still running with no cause named yet
+        row.failure, row.failure_detail = job.why, verdict_text(job.failure)
     job_dir = ws / stem
     doc = _analysis(job_dir)
     if doc is not None:
@@ -142,11 +131,6 @@ def read_row(log: Path, ws: Path, page_dir: Path) -> Row:
         row.tgs = _finite(_dig(doc, "throughput", "tgs", "mean")) or row.tgs
         mfu = _finite(_dig(doc, "throughput", "mfu_pct", "mean"))
         row.mfu = mfu if mfu is not None else row.mfu
-        cls = _dig(doc, "failure", "class")
-        if isinstance(cls, str) and cls:
-            row.failure = cls
-            detail = _dig(doc, "failure", "detail")
-            row.failure_detail = f"{cls}: {detail}" if detail else cls
     report = job_dir / "analysis" / "report.html"
     try:
         if report.is_file():
@@ -154,6 +138,20 @@ def read_row(log: Path, ws: Path, page_dir: Path) -> Row:
     except OSError as e:  # a job dir this user may not enter (someone else's, mode 700): the log's row stays
         row.dir_problem = f"{stem}/: {(e.strerror or str(e)).lower()}"
     return row
+
+
+def verdict_text(verdict: dict | None) -> str:
+    """The failure cell's tooltip: `jobkit why`'s verdict in a line (jobs.classify_job's dict), or its error."""
+    if not verdict:
+        return ""
+    if "error" in verdict:
+        return verdict["error"]
+    parts = [f"{verdict['class']}: {verdict['detail']}" if verdict.get("detail") else verdict["class"]]
+    if verdict.get("host"):
+        how = verdict.get("blamed_because")
+        parts.append(f"host {verdict['host']}" + (f" ({how})" if how else ""))
+    parts += [f"{key}: {verdict[key]}" for key in ("retry", "advice") if verdict.get(key)]
+    return "; ".join(parts)
 
 
 def collect(ws: Path, page_dir: Path, cache: dict | None = None) -> list[Row]:
@@ -175,16 +173,18 @@ def collect(ws: Path, page_dir: Path, cache: dict | None = None) -> list[Row]:
 
 
 def _stamp(log: Path, ws: Path):
-    """What changes when a row would: the log, the analysis, the report."""
+    """What changes when a row would: the log, the analysis, the hang marker (the stacks come with it), the
+    report."""
     out = []
-    for p in (log, ws / log.name.removesuffix(".log") / "analysis" / "analysis.json"):
+    job_dir = ws / log.name.removesuffix(".log")
+    for p in (log, job_dir / "analysis" / "analysis.json", job_dir / "hang" / "HANG"):
         try:
             st = p.stat()
             out.append((st.st_mtime_ns, st.st_size))
         except OSError:
             out.append(None)
     try:
-        out.append((ws / log.name.removesuffix(".log") / "analysis" / "report.html").is_file())
+        out.append((job_dir / "analysis" / "report.html").is_file())
     except OSError:  # a job dir it may not enter: read_row marks the row
         out.append(None)
     return tuple(out)
@@ -270,7 +270,7 @@ COLUMNS = [  # (key, header, numeric)
     ("attempt", "attempt", False),
     ("tgs", "TGS/device", True),
     ("mfu", "MFU", True),
-    ("failure", "failure class", False),
+    ("failure", "failure@host", False),
     ("report", "report", False),
 ]
 

@@ -58,6 +58,8 @@ def command(ws, output, serve, port):
         rows = page.build(ws, out)
     except (page.DashboardError, jobs.JobsError) as e:
         raise JobkitError("dashboard", str(e)) from None
+    for problem in dict.fromkeys(r.failure_detail for r in rows if r.failure == "?"):  # a bad catalogue: once
+        click.echo(f"jobkit dashboard: {problem}; its failure says ?", err=True)
     unreadable = sum(r.status == "unreadable" for r in rows)
     dirs = sum(bool(r.dir_problem) for r in rows)  # the log was read, the job dir (its report) was not
     parts = ([f"{unreadable} unreadable"] if unreadable else []) + ([f"{dirs} job dir(s) unreadable"] if dirs else [])

@@ -4,9 +4,11 @@ A job is its log, `<workspace>/<JOB_ID>-<JOB_NAME>.log`, written by run_local.sh
 table shows comes from that log alone (header, step lines, JOB SUMMARY), so it works on a login node with no
 scheduler access and for jobs of any age. A job that did not succeed gets `jobkit why`'s verdict (its class and
 blamed host, `hang@node2`; its retry decision and advice with --why and in --json), from the log's tail (the
-read that finds the wall time, so no second read of a big log) with its step lines thinned first (_thin_steps). A job is named on the command line by `latest`, its id (matched whole),
-a leading part of its id up to a '_', a unique part of its name, or its log / job dir path (resolve). A log that
-cannot be read is a row that says so in `jobs`, and one line from `tail`.
+read that finds the wall time, so no second read of a big log) with its step lines thinned first (_thin_steps);
+the dashboard's rows are read the same way (read_job_and_log), so its failure column is this WHY. A job is named
+on the command line by `latest`, its id (matched whole), a leading part of its id up to a '_', a unique part of
+its name, or its log / job dir path (resolve). A log that cannot be read is a row that says so in `jobs`, and
+one line from `tail`.
 """
 
 from __future__ import annotations
@@ -92,6 +94,12 @@ def job_logs(ws: Path) -> list[Path]:
 def read_job(path: Path, why: bool = False) -> Job:
     """The job LOG records; OSError when it cannot be read (the dashboard makes that a row of its own). WHY:
     also `jobkit why`'s verdict on a job that did not succeed (classify_job), from the same tail read."""
+    return read_job_and_log(path, why)[0]
+
+
+def read_job_and_log(path: Path, why: bool = False) -> tuple[Job, logparse.JobLog]:
+    """read_job's Job and the log's ends as it parsed them, for a reader that shows more of them (the dashboard:
+    the model alias, MFU) without a second read of the log."""
     parsed = logparse.parse_ends(str(path), tgs.steps_needed())  # header, steady window, end: not a whole big log
     m = _JOB_LOG.match(path.name)
     header = parsed.header
@@ -106,7 +114,7 @@ def read_job(path: Path, why: bool = False) -> Job:
     obs = metrics_state.state(
         header, parsed.metrics_off, metrics_state.job_dir_of(str(path)), bool(parsed.footer_status)
     )
-    return Job(
+    job = Job(
         header.get("JOB_ID") or m.group("id"),
         header.get("JOB_NAME") or m.group("name"),
         header.get("MODEL_NAME", "?"),
@@ -123,6 +131,7 @@ def read_job(path: Path, why: bool = False) -> Job:
         obs.reason if obs.off else None,
         *(_verdict(path, parsed, tail) if asked else ("-", None)),
     )
+    return job, parsed
 
 
 def _verdict(path: Path, parsed: logparse.JobLog, tail: str) -> tuple[str, dict | None]:
