@@ -39,8 +39,6 @@ done
 source "$REPO_DIR/utils/lib/process.sh"
 PYTHON=$(proc_python "$REPO_DIR") || die "no Python found; run utils/setup_env.sh"
 JOBKIT=$(proc_jobkit "$REPO_DIR")
-# the venv's console script imports the package of whatever tree the venv was set up from: bench this one
-export PYTHONPATH="$REPO_DIR/py${PYTHONPATH:+:$PYTHONPATH}"
 command -v promtool >/dev/null || [[ -x /usr/bin/promtool ]] || die "promtool is not installed; run utils/prometheus.sh install"
 
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/backfill_speed.XXXXXX")

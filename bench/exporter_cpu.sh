@@ -170,8 +170,8 @@ unset OUTPUT_PATH _PLUGIN_STATE
 if [[ -n $TB ]]; then
   # enough steps for every plugin set's cycles, one per cycle; the first record (file_version) is the head
   TB_STEPS=$((CYCLES * 4 + 100))
-  PYTHONPATH=$REPO_DIR/py "$REPO_DIR/.venv/bin/python" "$REPO_DIR/bench/make_event_file.py" "$WORK/events" "$TB_STEPS" 20
-  PYTHONPATH=$REPO_DIR/py "$REPO_DIR/.venv/bin/python" "$REPO_DIR/bench/make_event_file.py" "$WORK/events0" 0 20
+  "$REPO_DIR/.venv/bin/python" "$REPO_DIR/bench/make_event_file.py" "$WORK/events" "$TB_STEPS" 20
+  "$REPO_DIR/.venv/bin/python" "$REPO_DIR/bench/make_event_file.py" "$WORK/events0" 0 20
   HEAD_BYTES=$(stat -c %s "$WORK/events0")
 fi
 if [[ -n $BASE ]]; then
