@@ -364,6 +364,9 @@ ray_start_head() {
 _ray_head_watch() {
   local dir=$1 node_ip=$2 gcs_port=$3 nice=$4 rc=0
   shift 4
+  # `jobkit ray-start` starts the dashboard and the raylet's agents at this niceness from their spawn, so that
+  # the driver and the actor's worker win the CPU while they come up (this runs in a background subshell).
+  [[ -n $nice ]] && export JOBKIT_RAY_SPAWN_NICE=$nice
   # Its own errors (no ray CLI, a bad token) go to a file that ray_start_head repeats; so does the shell's
   # "Terminated" when ray_stop_node stops `ray start`, which is no news for the caller's log.
   _ray_run_start "$dir" "$node_ip" "$@" 2>"$dir/ray_start.err" || rc=$?

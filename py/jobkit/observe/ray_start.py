@@ -33,6 +33,7 @@ for its imports on the head's start. RAY_CLIENT_SERVER=1 starts it.
 
 import os
 import re
+import shutil
 import sys
 
 import click
@@ -77,23 +78,80 @@ def modules_to_load(modules_dir: str) -> str | None:
     return ",".join(sorted(found - UNNEEDED_DASHBOARD_MODULES))
 
 
-def trim_dashboard() -> None:
-    """Makes Ray start the dashboard with modules_to_load() (see the module docstring)."""
-    if os.environ.get("RAY_DASHBOARD_ALL_MODULES", "0") not in ("", "0"):
-        return
-    import ray.dashboard
+def spawn_nice() -> int:
+    """The niceness Ray's non-critical services start with (JOBKIT_RAY_SPAWN_NICE; 0: as Ray starts them)."""
+    value = os.environ.get("JOBKIT_RAY_SPAWN_NICE", "")
+    return int(value) if value.isdigit() else 0
+
+
+def prestart_workers() -> int:
+    """How many Python workers the raylet starts before any task asks (RAY_PRESTART_WORKERS, default 1)."""
+    value = os.environ.get("RAY_PRESTART_WORKERS", "1")
+    return int(value) if value.isdigit() else 1
+
+
+def prestart_config(prestart: int) -> dict[str, str]:
+    """The raylet's settings that make its PRESTART workers start with it and wait for the actor (each one the
+    caller's environment sets stays as set)."""
+    config = {
+        # Off by default: the raylet then starts its first worker only when the first driver connects.
+        "RAY_enable_worker_prestart": "1",
+        # The soft limit is the number of CPUs (0 on a launcher's node): an idle worker above it is killed
+        # within about a second, before the actor it was started for takes it.
+        "RAY_num_workers_soft_limit": str(prestart),
+    }
+    return {key: value for key, value in config.items() if key not in os.environ}
+
+
+def niced(command: list[str], nice: int) -> list[str]:
+    """COMMAND run at niceness NICE (unchanged for 0 or one already under nice)."""
+    if nice <= 0 or (command and os.path.basename(command[0]) == "nice"):
+        return command
+    return [shutil.which("nice") or "nice", "-n", str(nice), *command]
+
+
+def raylet_command(command: list[str], nice: int, prestart: int) -> list[str]:
+    """The raylet's COMMAND with its dashboard and runtime-env agents started at NICE and PRESTART Python
+    workers started with it (Ray passes the number of CPUs, 0 on a launcher's node)."""
+    out = []
+    for word in command:
+        key, sep, value = word.partition("=")
+        if sep and key in ("--dashboard_agent_command", "--runtime_env_agent_command") and nice > 0:
+            nice_bin = shutil.which("nice")
+            if nice_bin and " " not in nice_bin and not value.startswith(nice_bin):  # split at spaces by the raylet
+                word = f"{key}={nice_bin} -n {nice} {value}"
+        elif sep and key == "--num_prestart_python_workers" and value.isdigit():
+            word = f"{key}={max(int(value), prestart)}"
+        out.append(word)
+    return out
+
+
+def patch_spawns(head: bool) -> None:
+    """Wraps Ray's start_ray_process: the head's dashboard with modules_to_load(), the dashboard and the
+    raylet's agents at spawn_nice(), the raylet with prestart_workers() (see the module docstring)."""
     from ray._private import services
 
-    modules = modules_to_load(os.path.join(os.path.dirname(ray.dashboard.__file__), "modules"))
     start_process = getattr(services, "start_ray_process", None)
-    if modules is None or start_process is None:
+    if start_process is None:
         return
+    modules = None
+    if head and os.environ.get("RAY_DASHBOARD_ALL_MODULES", "0") in ("", "0"):
+        import ray.dashboard
+
+        modules = modules_to_load(os.path.join(os.path.dirname(ray.dashboard.__file__), "modules"))
+    nice, prestart = spawn_nice(), prestart_workers()
 
     def start_ray_process(command, process_type, *args, **kwargs):
-        if process_type == "dashboard" and not any(
-            word == "--minimal" or word.startswith("--modules-to-load") for word in command
-        ):
-            command = [*command, f"--modules-to-load={modules}"]
+        if process_type == "dashboard":
+            if modules is not None and not any(
+                word == "--minimal" or word.startswith("--modules-to-load") for word in command
+            ):
+                command = [*command, f"--modules-to-load={modules}"]
+            command = niced(command, nice)
+        elif process_type == "raylet":
+            command = raylet_command(command, nice, prestart)
+            if prestart:
+                kwargs["env_updates"] = {**prestart_config(prestart), **(kwargs.get("env_updates") or {})}
         return start_process(command, process_type, *args, **kwargs)
 
     services.start_ray_process = start_ray_process
@@ -149,8 +207,8 @@ def no_client_server() -> None:
 def command(args):
     """Run `ray start ARGS...` with Ray's CLI minus its serve/job/state groups (faster to import)."""
     cli = slim_ray_cli()
+    patch_spawns("--head" in args)
     if "--head" in args:
-        trim_dashboard()
         dashboard_after_raylet()
         no_client_server()
     sys.exit(cli.main(["start", *args], prog_name="ray"))
