@@ -78,6 +78,7 @@ _CONTAINER_ENV_ALLOWLIST=(
   RAY_START_TIMEOUT RAY_STOP_GRACE RAY_START_ARGS RAY_BIN RAY_REPORTER_INTERVAL_MS    # Ray node start/stop,
   RAY_DASHBOARD_ENABLE_PROFILING RAY_DASHBOARD_SELF_METRICS_INTERVAL_S               # see utils/lib/ray_cluster.sh
   RAY_DASHBOARD_FIRST RAY_DASHBOARD_ALL_MODULES RAY_CLIENT_SERVER RAY_SERVICES_NICE   # and jobkit ray-start
+  RAY_PRESTART_WORKERS                          # (py/jobkit/observe/ray_start.py)
   OBS_NICE OBS_PYTHON TB_BACKFILL_WRITER        # observability services' niceness, interpreter; backfill writer
   STAGE_TIMEOUTS                                # per-stage timeout overrides
   HARDWARE_PEAK_TFLOPS TUNE_PROFILE TUNE_PROFILE_FILE ENABLE_XLA_DUMP CPU_DEVICES_PER_NODE   # training-tier knobs (train_env.sh)

@@ -110,6 +110,7 @@ fake_ray_start() {
 for a; do case $a in --temp-dir=*) dir=${a#*=} ;; --port=*) port=${a#*=} ;; esac; done
 if [[ $(cat "$STUB_GO" 2>/dev/null) == now:* ]]; then echo "RuntimeError: boom before the GCS"; exit "$(cut -d: -f2 "$STUB_GO")"; fi
 mkdir -p "$dir/session_1/sockets" && ln -sfn "$dir/session_1" "$dir/session_latest"
+echo "${JOBKIT_RAY_SPAWN_NICE-unset}" >"$dir/spawn_nice"
 [[ -n ${port:-} ]] && python3 -c "import socket, sys, time
 s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
 s.bind((\"127.0.0.1\", int(sys.argv[1]))); s.listen(); time.sleep(600)" "$port" &
@@ -151,6 +152,22 @@ wait_until() {
   _ray_listening "$gcs"
   ray_stop_node "$dir" 0
   [ -z "$(ray_node_pids "$dir")" ]
+  rm -rf "$dir"
+}
+
+@test "ray_start_head: RAY_SERVICES_NICE reaches jobkit ray-start as the niceness a deferred dashboard starts with" {
+  fake_ray_start
+  source "$REPO_DIR/utils/lib/ray_cluster.sh"
+  local dir nice expected; dir=$(mktemp -d /tmp/mxr-b.XXXXXX)
+  local gcs dash met; gcs=$(pick_free_port) dash=$(pick_free_port "$gcs") met=$(pick_free_port "$gcs" "$dash")
+  echo 0 >"$STUB_GO"
+  for nice in 7 ""; do
+    expected=${nice:-unset}
+    RAY_SERVICES_NICE=$nice ray_start_head "$dir" 127.0.0.1 "$gcs" "$dash" "$met"
+    wait_until test -f "$dir/ray_start.rc"
+    [ "$(<"$dir/spawn_nice")" = "$expected" ]
+    ray_stop_node "$dir" 0
+  done
   rm -rf "$dir"
 }
 

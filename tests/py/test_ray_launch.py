@@ -456,6 +456,22 @@ def test_ready_file_written_later_lets_the_command_run(cluster, tmp_path):
     assert (tmp_path / "ran").exists()
 
 
+def test_the_first_actor_runs_in_the_worker_the_raylet_prestarted(cluster):
+    # jobkit ray-start: the raylet starts a worker with itself (no job yet) and keeps it for the first actor.
+    logs = Path(cluster["temp"], "session_latest", "logs")
+    first = re.search(r"Started worker process with pid (\d+) worker_id=(\w+)", (logs / "raylet.out").read_text())
+    assert first, "the raylet started no worker"
+    pid, worker = first.groups()
+    assert list(logs.glob(f"worker-{worker}-ffffffff-{pid}.out")), "the first worker was started for a job"
+    rc, _out, err = run(cluster, "true")  # the first job (whichever test ran it) took that worker
+    assert rc == 0, err
+    wait_for(
+        lambda: f"KillLocalActor RPC worker_id={worker}" in (logs / "raylet.out").read_text(),
+        30,
+        "an actor to have run in the prestarted worker",
+    )
+
+
 def _niceness(pid: int) -> int:
     return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[16])
 

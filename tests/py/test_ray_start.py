@@ -1,5 +1,7 @@
 """jobkit.observe.ray_start: which dashboard modules the head starts (read from Ray's source, never imported)."""
 
+import pytest
+
 from jobkit.observe import ray_start
 
 
@@ -34,3 +36,46 @@ def test_the_installed_ray_is_recognised():
     assert modules is not None
     assert {"NodeHead", "ReportHead", "MetricsHead"} <= set(modules.split(","))
     assert not ray_start.UNNEEDED_DASHBOARD_MODULES & set(modules.split(","))
+
+
+def test_the_raylet_prestarts_at_least_the_asked_workers():
+    cmd = ["raylet", "--num_prestart_python_workers=0", "--dashboard_agent_command=python agent.py", "--head"]
+    assert ray_start.raylet_command(cmd, 1) == [
+        "raylet",
+        "--num_prestart_python_workers=1",
+        "--dashboard_agent_command=python agent.py",
+        "--head",
+    ]
+    assert ray_start.raylet_command(["raylet", "--num_prestart_python_workers=4"], 1)[1].endswith("=4")
+    assert ray_start.raylet_command(cmd, 0) == cmd
+
+
+def test_prestart_settings_yield_to_the_callers(monkeypatch):
+    monkeypatch.delenv("RAY_enable_worker_prestart", raising=False)
+    monkeypatch.setenv("RAY_num_workers_soft_limit", "3")
+    assert ray_start.prestart_config(2) == {"RAY_enable_worker_prestart": "1"}
+    monkeypatch.setenv("RAY_PRESTART_WORKERS", "0")
+    assert ray_start.prestart_workers() == 0
+    monkeypatch.setenv("RAY_PRESTART_WORKERS", "x")
+    assert ray_start.prestart_workers() == 1
+
+
+@pytest.mark.parametrize("first, nice", [("1", None), ("0", "9")])
+def test_spawns_are_patched_nice_only_for_a_dashboard_nobody_waits_for(monkeypatch, first, nice):
+    from ray._private import services
+
+    started = []
+    monkeypatch.setattr(services, "start_ray_process", lambda cmd, kind, *a, **kw: started.append((cmd, kind, kw)))
+    monkeypatch.setenv("RAY_DASHBOARD_FIRST", first)
+    monkeypatch.setenv("JOBKIT_RAY_SPAWN_NICE", "9")
+    monkeypatch.delenv("RAY_PRESTART_WORKERS", raising=False)
+    monkeypatch.delenv("RAY_num_workers_soft_limit", raising=False)
+    monkeypatch.delenv("RAY_enable_worker_prestart", raising=False)
+    ray_start.patch_spawns(head=True)
+    services.start_ray_process(["python", "dashboard.py"], "dashboard", fate_share=False)
+    services.start_ray_process(["raylet", "--num_prestart_python_workers=0"], "raylet", env_updates={"A": "1"})
+    (dash, _, _), (raylet, _, raylet_kw) = started
+    assert (dash[dash.index("-n") + 1] if "-n" in dash else None) == nice
+    assert dash[-1].startswith("--modules-to-load=") and "JobHead" not in dash[-1]
+    assert raylet == ["raylet", "--num_prestart_python_workers=1"]
+    assert raylet_kw["env_updates"] == {"A": "1", "RAY_enable_worker_prestart": "1", "RAY_num_workers_soft_limit": "1"}

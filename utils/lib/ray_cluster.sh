@@ -54,7 +54,9 @@
 #                      stricter): a token others can read protects nothing. Drivers need the same two variables.
 #   RAY_START_TIMEOUT  seconds one `ray start` may take until its services listen (default 90)
 #   RAY_SERVICES_NICE  ray_start_head: the INCREMENT for ray_renice_services once the head's `ray start` ended
-#                      (unset: no renice)
+#                      (unset: no renice); a dashboard started after the raylet starts at it already
+#   RAY_PRESTART_WORKERS  Python workers each raylet starts with itself, ready for the actor (default 1; see
+#                      py/jobkit/observe/ray_start.py)
 #   RAY_STOP_GRACE     default GRACE of ray_stop_node (default 5)
 #   RAY_START_ARGS     extra words appended to every `ray start` (e.g. "--num-gpus=0")
 #   RAY_REPORTER_INTERVAL_MS  how often the node's ray_node_* metrics are refreshed (default 10000)
@@ -364,6 +366,9 @@ ray_start_head() {
 _ray_head_watch() {
   local dir=$1 node_ip=$2 gcs_port=$3 nice=$4 rc=0
   shift 4
+  # `jobkit ray-start` starts a dashboard that nothing waits for (the one started after the raylet,
+  # RAY_DASHBOARD_FIRST=0) at this niceness from its spawn (this function runs in a background subshell).
+  [[ -n $nice ]] && export JOBKIT_RAY_SPAWN_NICE=$nice
   # Its own errors (no ray CLI, a bad token) go to a file that ray_start_head repeats; so does the shell's
   # "Terminated" when ray_stop_node stops `ray start`, which is no news for the caller's log.
   _ray_run_start "$dir" "$node_ip" "$@" 2>"$dir/ray_start.err" || rc=$?

@@ -1,5 +1,5 @@
-"""`jobkit ray-start [ray start args...]`: Ray's own `ray start`, without the CLI groups it never needs, and a head
-whose dashboard starts only the modules a job uses.
+"""`jobkit ray-start [ray start args...]`: Ray's own `ray start`, without the CLI groups it never needs, a head
+whose dashboard starts only the modules a job uses, and a raylet with a Python worker ready for the actor.
 
 Ray's CLI module imports the command groups of `ray serve`, `ray job` and `ray list/get/logs/summary` only to
 offer them; each import sits inside try/except ImportError. Marking those modules as absent (None in
@@ -26,6 +26,23 @@ raylet waits for its port file, and the raylet aborted (the job trained without 
 first the agents start with the CPU to themselves. On a node with cores to spare the side-by-side start saves
 a few seconds; measure there before making it the default.
 
+The actor's worker is started with the raylet rather than when the driver asks for the actor: Ray prestarts as
+many Python workers as the node has CPUs, none on a launcher's node (--num-cpus=0), and only once a driver
+connects. Here the raylet prestarts RAY_PRESTART_WORKERS (default 1: one actor per node) as it starts
+(RAY_enable_worker_prestart=1), with Ray's idle-worker soft limit raised to that number, which is otherwise the
+number of CPUs and would kill the idle worker within a second. A worker started before any job takes the job's
+first actor, so its `import ray` (~4-6 s on a busy 2-core node) overlaps the driver's own `import ray` and
+connect instead of following them. RAY_PRESTART_WORKERS=0 keeps Ray's behaviour; RAY_enable_worker_prestart or
+RAY_num_workers_soft_limit set by the caller stay as set. Every node's `ray start` gets this, workers' too.
+
+With JOBKIT_RAY_SPAWN_NICE=N (utils/lib/ray_cluster.sh sets it from RAY_SERVICES_NICE) the head's dashboard
+starts at niceness N when it starts after the raylet (RAY_DASHBOARD_FIRST=0), where nothing waits for it. In
+Ray's order nothing else is niced from its spawn: the raylet starts only once the dashboard is up, and it waits
+for its two agents' port files (15 s, then it aborts), so all three are on the critical path: niced, they can
+only come up later, and an agent that misses the 15 s aborts the raylet. (Tried: starting all three niced gave
+no gain that three interleaved rounds at a load of 8-9 could tell from the noise.) They are reniced once
+`ray start` has ended (RAY_SERVICES_NICE).
+
 No Ray Client server (ray://) on the head: `jobkit ray-launch` connects to the GCS, and the client server
 (which `ray start --head` always starts; its port cannot be 0) is one more listening port and ~3 s of CPU
 for its imports on the head's start. RAY_CLIENT_SERVER=1 starts it.
@@ -33,6 +50,7 @@ for its imports on the head's start. RAY_CLIENT_SERVER=1 starts it.
 
 import os
 import re
+import shutil
 import sys
 
 import click
@@ -77,32 +95,94 @@ def modules_to_load(modules_dir: str) -> str | None:
     return ",".join(sorted(found - UNNEEDED_DASHBOARD_MODULES))
 
 
-def trim_dashboard() -> None:
-    """Makes Ray start the dashboard with modules_to_load() (see the module docstring)."""
-    if os.environ.get("RAY_DASHBOARD_ALL_MODULES", "0") not in ("", "0"):
-        return
-    import ray.dashboard
+def spawn_nice() -> int:
+    """The niceness a head's deferred dashboard starts with (JOBKIT_RAY_SPAWN_NICE; 0: as Ray starts it)."""
+    value = os.environ.get("JOBKIT_RAY_SPAWN_NICE", "")
+    return int(value) if value.isdigit() else 0
+
+
+def prestart_workers() -> int:
+    """How many Python workers the raylet starts before any task asks (RAY_PRESTART_WORKERS, default 1)."""
+    value = os.environ.get("RAY_PRESTART_WORKERS", "1")
+    return int(value) if value.isdigit() else 1
+
+
+def prestart_config(prestart: int) -> dict[str, str]:
+    """The raylet's settings that make its PRESTART workers start with it and wait for the actor (each one the
+    caller's environment sets stays as set)."""
+    config = {
+        # Off by default: the raylet then starts its first worker only when the first driver connects.
+        "RAY_enable_worker_prestart": "1",
+        # The soft limit is the number of CPUs (0 on a launcher's node): an idle worker above it is killed
+        # within about a second, before the actor it was started for takes it.
+        "RAY_num_workers_soft_limit": str(prestart),
+    }
+    return {key: value for key, value in config.items() if key not in os.environ}
+
+
+def niced(command: list[str], nice: int) -> list[str]:
+    """COMMAND run at niceness NICE (unchanged for 0 or one already under nice)."""
+    if nice <= 0 or (command and os.path.basename(command[0]) == "nice"):
+        return command
+    return [shutil.which("nice") or "nice", "-n", str(nice), *command]
+
+
+def raylet_command(command: list[str], prestart: int) -> list[str]:
+    """The raylet's COMMAND with PRESTART Python workers started with it (Ray passes its number of CPUs, 0 on a
+    launcher's node)."""
+    out = []
+    for word in command:
+        key, sep, value = word.partition("=")
+        if sep and key == "--num_prestart_python_workers" and value.isdigit():
+            word = f"{key}={max(int(value), prestart)}"
+        out.append(word)
+    return out
+
+
+def patch_spawns(head: bool) -> None:
+    """Wraps Ray's start_ray_process: the head's dashboard with modules_to_load() (unless
+    RAY_DASHBOARD_ALL_MODULES=1) and, when started after the raylet, at spawn_nice(); the raylet with
+    prestart_workers() (see the module docstring)."""
     from ray._private import services
 
-    modules = modules_to_load(os.path.join(os.path.dirname(ray.dashboard.__file__), "modules"))
     start_process = getattr(services, "start_ray_process", None)
-    if modules is None or start_process is None:
+    if start_process is None:
         return
+    modules = None
+    if head and os.environ.get("RAY_DASHBOARD_ALL_MODULES", "0") in ("", "0"):
+        import ray.dashboard
+
+        modules = modules_to_load(os.path.join(os.path.dirname(ray.dashboard.__file__), "modules"))
+    prestart = prestart_workers()
+    # Niced from its spawn only where nothing waits for it: after the raylet (RAY_DASHBOARD_FIRST=0). In Ray's
+    # order the raylet starts only once the dashboard is up, and the raylet waits for its agents' port files.
+    nice = spawn_nice() if head and not dashboard_first() else 0
 
     def start_ray_process(command, process_type, *args, **kwargs):
-        if process_type == "dashboard" and not any(
-            word == "--minimal" or word.startswith("--modules-to-load") for word in command
-        ):
-            command = [*command, f"--modules-to-load={modules}"]
+        if process_type == "dashboard":
+            if modules is not None and not any(
+                word == "--minimal" or word.startswith("--modules-to-load") for word in command
+            ):
+                command = [*command, f"--modules-to-load={modules}"]
+            command = niced(command, nice)
+        elif process_type == "raylet":
+            command = raylet_command(command, prestart)
+            if prestart:
+                kwargs["env_updates"] = {**prestart_config(prestart), **(kwargs.get("env_updates") or {})}
         return start_process(command, process_type, *args, **kwargs)
 
     services.start_ray_process = start_ray_process
 
 
+def dashboard_first() -> bool:
+    """Whether the head starts its dashboard before its raylet, as Ray does (RAY_DASHBOARD_FIRST, default 1)."""
+    return os.environ.get("RAY_DASHBOARD_FIRST", "1") != "0"
+
+
 def dashboard_after_raylet() -> None:
     """Makes the head start its dashboard after its raylet (see the module docstring); a Ray whose Node has not
     the two methods this relies on is left alone."""
-    if os.environ.get("RAY_DASHBOARD_FIRST", "1") != "0":
+    if dashboard_first():
         return
     from ray._private.node import Node
 
@@ -149,8 +229,8 @@ def no_client_server() -> None:
 def command(args):
     """Run `ray start ARGS...` with Ray's CLI minus its serve/job/state groups (faster to import)."""
     cli = slim_ray_cli()
+    patch_spawns("--head" in args)
     if "--head" in args:
-        trim_dashboard()
         dashboard_after_raylet()
         no_client_server()
     sys.exit(cli.main(["start", *args], prog_name="ray"))
