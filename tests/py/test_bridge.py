@@ -616,9 +616,11 @@ def test_a_server_killed_mid_command_reports_it_lost_and_never_runs_it_again(ser
     started = tmp_path / "started"
     _stub(binp, "squeue", f"echo $$ >> {started}; exec sleep 60")
     rid = _client(env, "--async", "squeue").stdout.strip()
-    for _ in range(200):
-        if started.exists():
-            break
+    # Driven by the condition, not a count of sleeps: the stub has written its whole pid line (the file can exist
+    # empty for a moment between the shell's open and its echo), however slowly a loaded machine starts it.
+    deadline = time.monotonic() + 120
+    while not started.is_file() or not started.read_text().endswith("\n"):
+        assert time.monotonic() < deadline, "the command never started under the server"
         time.sleep(0.05)
     procs[0].send_signal(signal.SIGKILL)
     procs[0].wait(30)
