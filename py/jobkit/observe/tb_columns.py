@@ -83,12 +83,19 @@ def _repeat(buf, pos, pattern_lengths):
     return guess, np.tile(pattern - 16, whole)
 
 
+def _distinct(values: np.ndarray) -> list[int]:
+    """VALUES' distinct values, ascending, as ints: np.unique's answer without its first-call import of numpy.ma
+    (~8 ms of every backfill's start)."""
+    ordered = np.sort(values)
+    return ordered[np.concatenate(([True], ordered[1:] != ordered[:-1]))].tolist() if len(ordered) else []
+
+
 def _crcs_ok(buf: bytes, arr: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> bool:
     """True when every record's length CRC and data CRC match."""
     windows = np.lib.stride_tricks.sliding_window_view(arr, 4)
     header_crc = windows[starts + 8].copy().view("<u4").ravel()
     data_crc = windows[starts + 12 + lengths].copy().view("<u4").ravel()
-    for length in np.unique(lengths).tolist():
+    for length in _distinct(lengths):
         of_length = lengths == length
         if np.any(header_crc[of_length] != masked_crc32c(struct.pack("<Q", length))):
             return False
@@ -159,7 +166,7 @@ def read_columns(path: str):
     tag_ids: dict[str, int] = {}
     shape_tags: dict[bytes, int | None] = {}  # shape bytes -> tag index, or None: not a plain simple_value
     parts = []  # (record numbers, tag index, step, wall, value) per group of records
-    for length in np.unique(lengths).tolist():
+    for length in _distinct(lengths):
         rec = np.flatnonzero(lengths == length)
         if length <= 14:
             if not _no_scalars(reader, buf, starts[rec], length):
@@ -176,7 +183,7 @@ def read_columns(path: str):
         cont = rows[:, 10 : min(length - 4, 20)] >= 0x80
         varint_len = np.where(cont.all(axis=1), cont.shape[1], cont.argmin(axis=1)) + 1
         after = np.where(has_step, 10 + varint_len, 9)
-        for pos in np.unique(after).tolist():
+        for pos in _distinct(after):
             sel = after == pos
             group, nums = rows[sel], rec[sel]
             parts_of = _shapes(reader, buf, group, nums, pos, length, starts, shape_tags, tags, tag_ids)
