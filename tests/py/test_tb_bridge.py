@@ -727,9 +727,12 @@ def test_record_starts_guessed_by_pattern_are_the_ones_a_record_loop_finds():
         assert (starts.tolist(), got_lengths.tolist(), rest) == (want_starts, want_lengths, pos), cut
 
 
+@pytest.mark.parametrize("block", [7, 4096])
 @pytest.mark.parametrize("length", [15, 38])
-def test_record_crcs_by_column_are_the_c_crcs_and_catch_one_flipped_bit(length):
+def test_record_crcs_by_column_are_the_c_crcs_and_catch_one_flipped_bit(length, block, monkeypatch):
     import numpy as np
+
+    monkeypatch.setattr(tb_columns, "_CRC_BLOCK", block)  # blocks that end mid-file and a last short one
 
     rng = np.random.default_rng(length)
     data = [rng.bytes(length) for _ in range(64 * length)]  # enough records of one length for the table path

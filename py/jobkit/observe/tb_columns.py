@@ -25,6 +25,7 @@ from jobkit.observe.tb_events import RecordReader, ScalarReader, masked_crc32c
 
 _HEADER = struct.Struct("<QI")
 _MASK = np.uint64(0xFFFFFFFF)
+_CRC_BLOCK = 4096  # records per block of _data_crcs
 
 
 def _record_starts(buf: bytes) -> tuple[np.ndarray, np.ndarray, int]:
@@ -134,16 +135,25 @@ def _data_crcs(buf: bytes, arr: np.ndarray, data_starts: np.ndarray, length: int
         for b in range(16):  # bit b of the little-endian pair: byte 2i bits 0-7, then byte 2i+1
             table = np.concatenate([table, table ^ np.uint32(bit(2 * i + b // 8, b % 8))])
         tables[i] = table
-    rows = np.lib.stride_tricks.sliding_window_view(arr, length)[data_starts]
-    # one row per 2-byte position (the XOR then runs along whole rows, not across each short record)
-    words = np.ascontiguousarray(rows[:, : 2 * pairs]).view("<u2").T.astype(np.int32)
-    words += (np.arange(pairs, dtype=np.int32) * 65536)[:, None]
-    out = np.bitwise_xor.reduce(tables.ravel()[words], axis=0) ^ np.uint32(zero)
+    odd = np.zeros(1, np.uint32)
     if length % 2:  # the odd last byte, by the same rule with a 256-entry table
-        table = np.zeros(1, np.uint32)
         for b in range(8):
-            table = np.concatenate([table, table ^ np.uint32(bit(length - 1, b))])
-        out ^= table[rows[:, length - 1]]
+            odd = np.concatenate([odd, odd ^ np.uint32(bit(length - 1, b))])
+    flat = tables.ravel()
+    base = (np.arange(pairs, dtype=np.int32) * 65536)[:, None]
+    windows = np.lib.stride_tricks.sliding_window_view(arr, length)
+    out = np.empty(len(data_starts), np.uint32)
+    # a block of records at a time, so that its index and gathered matrices stay in the CPU's cache (all the
+    # records at once are ~10 bytes of scratch per data byte, memory-bound: ~2x slower on a 5 M-record file)
+    for first in range(0, len(data_starts), _CRC_BLOCK):
+        rows = windows[data_starts[first : first + _CRC_BLOCK]]
+        # one row per 2-byte position (the XOR then runs along whole rows, not across each short record)
+        words = np.ascontiguousarray(rows[:, : 2 * pairs]).view("<u2").T.astype(np.int32)
+        words += base
+        block = np.bitwise_xor.reduce(flat[words], axis=0) ^ np.uint32(zero)
+        if length % 2:
+            block ^= odd[rows[:, length - 1]]
+        out[first : first + len(block)] = block
     return out
 
 
