@@ -755,9 +755,12 @@ def test_record_crcs_by_column_are_the_c_crcs_and_catch_one_flipped_bit(length, 
     assert not tb_columns._crcs_ok(bytes(flipped), np.frombuffer(bytes(flipped), dtype=np.uint8), starts, lengths)
 
 
+@pytest.mark.parametrize("head", [1024, 3])  # 3: most groups are first seen past the rows matched at once
 @pytest.mark.parametrize(("distinct", "width"), [(1, 3), (5, 20), (64, 9), (200, 17), (3, 0)])
-def test_distinct_rows_group_as_a_sort_does(distinct, width):
+def test_distinct_rows_group_as_a_sort_does(distinct, width, head, monkeypatch):
     import numpy as np
+
+    monkeypatch.setattr(tb_columns, "_HEAD_ROWS", head)
 
     rng = np.random.default_rng(distinct)
     table = rng.integers(0, 256, (distinct, width), dtype=np.uint8)

@@ -26,6 +26,7 @@ from jobkit.observe.tb_events import RecordReader, ScalarReader, masked_crc32c
 _HEADER = struct.Struct("<QI")
 _MASK = np.uint64(0xFFFFFFFF)
 _CRC_BLOCK = 4096  # records per block of _data_crcs
+_HEAD_ROWS = 1024  # rows whose keys _distinct_rows matches over all rows at once
 
 
 def _record_starts(buf: bytes) -> tuple[np.ndarray, np.ndarray, int]:
@@ -338,9 +339,16 @@ def _distinct_rows(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     key = np.zeros(len(rows), dtype=np.uint64)
     for k in range(words.shape[1]):
         key = key * np.uint64(0x9E3779B97F4A7C15) + words[:, k]
-    first: list[int] = []
-    inverse = np.empty(len(rows), dtype=np.int64)
-    left = np.arange(len(rows))
+    # the keys among the first rows (a file's tags repeat step after step) are matched over all rows by one
+    # compare each; the rows left (a tag first seen later) go one key at a time
+    seen: dict[int, int] = {}
+    for i, k in enumerate(key[:_HEAD_ROWS].tolist()):
+        seen.setdefault(k, i)
+    first = list(seen.values())[:64]
+    inverse = np.full(len(rows), -1, dtype=np.int64)
+    for j, i in enumerate(first):
+        inverse[key == key[i]] = j
+    left = np.flatnonzero(inverse < 0)
     while len(left) and len(first) < 64:
         same = key[left] == key[left[0]]
         inverse[left[same]] = len(first)
