@@ -684,10 +684,12 @@ def _series_record_by_record(files):
     return {name: (tags.get(name), sorted(by_ms.items())) for name, by_ms in points.items() if by_ms}
 
 
-def test_column_reader_gives_what_the_record_reader_gives(tmp_path):
+@pytest.mark.parametrize("block", [1 << 16, 5])  # 5: the records read a few at a time, cut mid-step
+def test_column_reader_gives_what_the_record_reader_gives(tmp_path, monkeypatch, block):
     """The backfill's numpy reader and fold (tb_columns) against the record-by-record ones: varint steps of 0 to 5
     bytes, a NaN, text summaries between scalars, two tags with one metric name, a step repeated at one ms, a
     second file that restarts the steps and rewrites an earlier ms (the later file wins)."""
+    monkeypatch.setattr(tb_columns, "_READ_BLOCK", block)
     files = []
     for run, base in ((0, 1700000000.0), (1, 1700000000.0)):
         writer = SummaryWriter(str(tmp_path / f"run{run}"))

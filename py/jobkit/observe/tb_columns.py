@@ -26,6 +26,7 @@ from jobkit.observe.tb_events import RecordReader, ScalarReader, masked_crc32c
 _HEADER = struct.Struct("<QI")
 _MASK = np.uint64(0xFFFFFFFF)
 _CRC_BLOCK = 4096  # records per block of _data_crcs
+_READ_BLOCK = 1 << 16  # records per block of read_columns
 _HEAD_ROWS = 1024  # rows whose keys _distinct_rows matches over all rows at once
 
 
@@ -177,30 +178,10 @@ def read_columns(path: str):
     tag_ids: dict[str, int] = {}
     shape_tags: dict[bytes, int | None] = {}  # shape bytes -> tag index, or None: not a plain simple_value
     parts = []  # (record numbers, tag index, step, wall, value) per group of records
-    for length in _distinct(lengths):
-        rec = np.flatnonzero(lengths == length)
-        if length <= 14:
-            if not _no_scalars(reader, buf, starts[rec], length):
-                return None
-            continue
-        # one row per record: a copy of each record's bytes out of a window view (no index matrix)
-        rows = np.lib.stride_tricks.sliding_window_view(arr, length)[starts[rec] + 12]
-        plain = rows[:, 0] == 0x09
-        if not plain.all() and not _no_scalars(reader, buf, starts[rec[~plain]], length):
+    # _READ_BLOCK records at a time: the row matrices and their copies then stay in the CPU's cache
+    for block in range(0, len(starts), _READ_BLOCK):
+        if not _read_block(reader, buf, arr, starts, lengths, block, shape_tags, tags, tag_ids, parts):
             return None
-        rows, rec = rows[plain], rec[plain]
-        has_step = rows[:, 9] == 0x10
-        # where the step varint ends: the first byte < 0x80 from byte 10 on (no step: the shape starts at 9)
-        cont = rows[:, 10 : min(length - 4, 20)] >= 0x80
-        varint_len = np.where(cont.all(axis=1), cont.shape[1], cont.argmin(axis=1)) + 1
-        after = np.where(has_step, 10 + varint_len, 9)
-        for pos in _distinct(after):
-            sel = after == pos
-            group, nums = rows[sel], rec[sel]
-            parts_of = _shapes(reader, buf, group, nums, pos, length, starts, shape_tags, tags, tag_ids)
-            if parts_of is None:
-                return None
-            parts.extend(parts_of)
     if not parts:
         return empty
     # back to file order: each record number is in one part, so its rank among them is its place (no sort)
@@ -215,6 +196,37 @@ def read_columns(path: str):
         ordered[place] = column
         columns.append(ordered)
     return (tags, *columns)
+
+
+def _read_block(reader, buf, arr, starts, lengths, block, shape_tags, tags, tag_ids, parts) -> bool:
+    """read_columns' work on the records BLOCK .. BLOCK + _READ_BLOCK: their parts added to PARTS; False when
+    the file needs the record-by-record reader."""
+    of_block = lengths[block : block + _READ_BLOCK]
+    for length in _distinct(of_block):
+        rec = block + np.flatnonzero(of_block == length)
+        if length <= 14:
+            if not _no_scalars(reader, buf, starts[rec], length):
+                return False
+            continue
+        # one row per record: a copy of each record's bytes out of a window view (no index matrix)
+        rows = np.lib.stride_tricks.sliding_window_view(arr, length)[starts[rec] + 12]
+        plain = rows[:, 0] == 0x09
+        if not plain.all() and not _no_scalars(reader, buf, starts[rec[~plain]], length):
+            return False
+        rows, rec = rows[plain], rec[plain]
+        has_step = rows[:, 9] == 0x10
+        # where the step varint ends: the first byte < 0x80 from byte 10 on (no step: the shape starts at 9)
+        cont = rows[:, 10 : min(length - 4, 20)] >= 0x80
+        varint_len = np.where(cont.all(axis=1), cont.shape[1], cont.argmin(axis=1)) + 1
+        after = np.where(has_step, 10 + varint_len, 9)
+        for pos in _distinct(after):
+            sel = after == pos
+            group, nums = rows[sel], rec[sel]
+            parts_of = _shapes(reader, buf, group, nums, pos, length, starts, shape_tags, tags, tag_ids)
+            if parts_of is None:
+                return False
+            parts.extend(parts_of)
+    return True
 
 
 def _shapes(reader, buf, group, nums, pos, length, starts, shape_tags, tags, tag_ids):
