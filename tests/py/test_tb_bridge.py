@@ -684,10 +684,12 @@ def _series_record_by_record(files):
     return {name: (tags.get(name), sorted(by_ms.items())) for name, by_ms in points.items() if by_ms}
 
 
-def test_column_reader_gives_what_the_record_reader_gives(tmp_path):
+@pytest.mark.parametrize("block", [1 << 16, 5])  # 5: the records read a few at a time, cut mid-step
+def test_column_reader_gives_what_the_record_reader_gives(tmp_path, monkeypatch, block):
     """The backfill's numpy reader and fold (tb_columns) against the record-by-record ones: varint steps of 0 to 5
     bytes, a NaN, text summaries between scalars, two tags with one metric name, a step repeated at one ms, a
     second file that restarts the steps and rewrites an earlier ms (the later file wins)."""
+    monkeypatch.setattr(tb_columns, "_READ_BLOCK", block)
     files = []
     for run, base in ((0, 1700000000.0), (1, 1700000000.0)):
         writer = SummaryWriter(str(tmp_path / f"run{run}"))
@@ -727,9 +729,12 @@ def test_record_starts_guessed_by_pattern_are_the_ones_a_record_loop_finds():
         assert (starts.tolist(), got_lengths.tolist(), rest) == (want_starts, want_lengths, pos), cut
 
 
+@pytest.mark.parametrize("block", [7, 4096])
 @pytest.mark.parametrize("length", [15, 38])
-def test_record_crcs_by_column_are_the_c_crcs_and_catch_one_flipped_bit(length):
+def test_record_crcs_by_column_are_the_c_crcs_and_catch_one_flipped_bit(length, block, monkeypatch):
     import numpy as np
+
+    monkeypatch.setattr(tb_columns, "_CRC_BLOCK", block)  # blocks that end mid-file and a last short one
 
     rng = np.random.default_rng(length)
     data = [rng.bytes(length) for _ in range(64 * length)]  # enough records of one length for the table path
@@ -752,9 +757,12 @@ def test_record_crcs_by_column_are_the_c_crcs_and_catch_one_flipped_bit(length):
     assert not tb_columns._crcs_ok(bytes(flipped), np.frombuffer(bytes(flipped), dtype=np.uint8), starts, lengths)
 
 
+@pytest.mark.parametrize("head", [1024, 3])  # 3: most groups are first seen past the rows matched at once
 @pytest.mark.parametrize(("distinct", "width"), [(1, 3), (5, 20), (64, 9), (200, 17), (3, 0)])
-def test_distinct_rows_group_as_a_sort_does(distinct, width):
+def test_distinct_rows_group_as_a_sort_does(distinct, width, head, monkeypatch):
     import numpy as np
+
+    monkeypatch.setattr(tb_columns, "_HEAD_ROWS", head)
 
     rng = np.random.default_rng(distinct)
     table = rng.integers(0, 256, (distinct, width), dtype=np.uint8)

@@ -106,7 +106,10 @@ def analyze(block_dir):
 
 
 @NEEDS_PROMTOOL
-def test_our_block_dumps_as_promtools_block(tmp_path):
+@pytest.mark.parametrize("block", [None, 100])
+def test_our_block_dumps_as_promtools_block(tmp_path, monkeypatch, block):
+    if block:  # encode_chunks cuts its work at chunk starts, mid-series and at series starts alike
+        monkeypatch.setattr(tsdb_block, "_ENCODE_BLOCK", block)
     series = varied_series()
     ours, theirs = tmp_path / "ours", tmp_path / "theirs"
     ours.mkdir()
@@ -125,6 +128,22 @@ def test_our_block_dumps_as_promtools_block(tmp_path):
     assert meta["minTime"] == min(int(ms[0]) for _, ms, _ in series)
     assert meta["maxTime"] == max(int(ms[-1]) for _, ms, _ in series) + 1
     assert sorted(os.listdir(ours)) == [block.name]  # nothing left from the build dir
+
+
+@pytest.mark.parametrize("block", [1, 100, 121, 1000])
+def test_chunks_encoded_a_block_at_a_time_are_the_chunks_encoded_at_once(monkeypatch, block):
+    series = varied_series()
+    ms = np.concatenate([m for _, m, _ in series])
+    values = np.concatenate([v for _, _, v in series])
+    starts = np.cumsum([0] + [len(m) for _, m, _ in series[:-1]])
+    whole = tsdb_block._encode_run(ms, values, starts)
+    monkeypatch.setattr(tsdb_block, "_ENCODE_BLOCK", block)
+    got = tsdb_block.encode_chunks(ms, values, starts)
+    assert got[0] == whole[0]
+    for mine, theirs in zip(got[1:], whole[1:], strict=True):  # series, mint, maxt, offsets, sizes per chunk
+        assert mine.tolist() == theirs.tolist()
+    assert got[1].tolist() == sorted(got[1].tolist())  # chunks stay in series order, each series named right
+    assert len(set(got[1].tolist())) == len(series)
 
 
 @NEEDS_PROMTOOL

@@ -13,19 +13,13 @@ of the node, and the admin API deletes series. A start that fails removes exactl
 queries.active, wal/, chunks_head/ ... before it gives up), so a failed start leaves the TSDB as it found it.
 """
 
-import base64
-import ctypes
-import ctypes.util
 import os
 import re
-import secrets
 import shutil
 import socket
 import subprocess
 import tempfile
 import time
-import urllib.error
-import urllib.request
 
 from jobkit.core import procfs
 
@@ -99,6 +93,9 @@ def kernel_port():
 def bcrypt_hash(password):
     """PASSWORD's bcrypt hash ($2b$, what Prometheus's web config takes), from the system's libcrypt (libxcrypt
     on current distributions); None where libcrypt has no bcrypt."""
+    import ctypes  # here, as urllib below: a backfill imports this module and needs neither (~25 ms)
+    import ctypes.util
+
     name = ctypes.util.find_library("crypt")
     if not name:
         return None
@@ -118,6 +115,9 @@ def bcrypt_hash(password):
 def _admin_web_config(workdir):
     """A web config with one random basic-auth user in WORKDIR (0600); (path, Authorization value), or (None,
     None) where no bcrypt is available."""
+    import base64  # here: only the admin API needs them (secrets' hmac and hashlib, ~10 ms of every backfill)
+    import secrets
+
     password = secrets.token_urlsafe(32)
     hashed = bcrypt_hash(password)
     if hashed is None:
@@ -130,6 +130,9 @@ def _admin_web_config(workdir):
 
 
 def _ready(port, auth=None):
+    import urllib.error
+    import urllib.request
+
     request = urllib.request.Request(
         f"http://127.0.0.1:{port}/-/ready", headers={"Authorization": auth} if auth else {}
     )
@@ -178,6 +181,8 @@ class Server:
 
     def request(self, path, method="GET"):
         """A urllib Request for PATH on this server, with its credentials."""
+        import urllib.request
+
         return urllib.request.Request(
             self.url + path, method=method, headers={"Authorization": self.auth} if self.auth else {}
         )

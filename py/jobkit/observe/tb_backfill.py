@@ -30,11 +30,10 @@ import socket
 import subprocess
 import tempfile
 import time
-import urllib.request
 
 from jobkit.core import procfs
 from jobkit.core.files import write_atomic
-from jobkit.observe import log_steps, promserver
+from jobkit.observe import promserver
 from jobkit.observe.tb_events import EVENT_PREFIX, STEP_METRIC, CorruptRecord, Fold, ScalarReader, find_event_files
 from jobkit.observe.tb_serve import STEP_HELP, scalar_help
 
@@ -255,6 +254,8 @@ def persist_head(tsdb, prometheus, log, ready_timeout=300):
     try:
         if server.auth is None:
             log("[!] this system's libcrypt has no bcrypt: the throwaway Prometheus's admin API had no password")
+        import urllib.request  # here, not at the top: only this rare path needs it (~15 ms of every start)
+
         with urllib.request.urlopen(
             server.request("/api/v1/admin/tsdb/snapshot?skip_head=false", "POST"), timeout=600
         ) as resp:
@@ -467,6 +468,8 @@ def _event_files(logdir, since, job_log):
 
 def _with_log_steps(series, job_log, log):
     """SERIES plus the steps JOB_LOG shows after the event files' last one."""
+    from jobkit.observe import log_steps  # here: only --job-log needs it (~13 ms of every start)
+
     known = [v for _, v in series.get(STEP_METRIC, (None, []))[1]]
     last = int(max(known)) if known else None
     extra = log_steps.series_after(job_log, last, last_step_by_metric(series))

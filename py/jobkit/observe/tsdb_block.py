@@ -26,12 +26,12 @@ and leaves one longer than its largest compaction range as it is.
 
 import json
 import os
-import secrets
 import time
 
 import numpy as np
 
 CHUNK_SAMPLES = 120
+_ENCODE_BLOCK = 1 << 15  # samples per block of encode_chunks (rounded to a chunk start)
 SEGMENT_BYTES = 512 * 1024 * 1024
 _GO_NAN = 0x7FF8000000000001  # math.NaN() in Go; Prometheus's stale marker is 0x7FF0000000000002
 _CHUNKS_MAGIC = b"\x85\xbd\x40\xdd\x01\x00\x00\x00"
@@ -115,11 +115,43 @@ def _pack(values, widths):
     return out.astype(">u8").tobytes()[: (total + 7) // 8]
 
 
-def encode_chunks(ms, values, series_starts):  # noqa: PLR0915 (one column after another, best read in order)
+def encode_chunks(ms, values, series_starts):
     """The chunks of all series as one byte stream (file header not included).
 
     MS, VALUES: every series' samples, concatenated; SERIES_STARTS: where each series starts (ascending, the
-    first 0). Returns (stream bytes, per chunk: series index, mint, maxt, byte offset in the stream)."""
+    first 0). Returns (stream bytes, per chunk: series index, mint, maxt, byte offset in the stream, size).
+
+    A chunk's bytes depend on its own samples only, so the samples are encoded _ENCODE_BLOCK at a time (cut at
+    chunk starts): each block's dozens of scratch columns then stay in the CPU's cache (2-3x less CPU on 2.2 M
+    samples than all at once, measured on this project's 2-core VM)."""
+    n = len(ms)
+    series_starts = np.asarray(series_starts, np.int64)
+    lengths = np.diff(np.r_[series_starts, n])
+    pairs = zip(series_starts.tolist(), lengths.tolist(), strict=True)
+    chunk_starts = np.concatenate(
+        [np.arange(a, a + k, CHUNK_SAMPLES, dtype=np.int64) for a, k in pairs] or [np.zeros(0, np.int64)]
+    )
+    # each block starts at the first chunk start at or past a multiple of _ENCODE_BLOCK (ascending; repeats
+    # dropped by hand, as np.unique would import numpy.ma on the way)
+    at = np.searchsorted(chunk_starts, np.arange(0, n, _ENCODE_BLOCK))
+    cuts = chunk_starts[at[at < len(chunk_starts)]]
+    cuts = cuts[np.r_[True, cuts[1:] != cuts[:-1]]].tolist() if len(cuts) else []
+    if len(cuts) <= 1:
+        return _encode_run(ms, values, series_starts)
+    parts = []
+    base = 0
+    for a, b in zip(cuts, [*cuts[1:], n], strict=True):
+        inside = series_starts[(series_starts > a) & (series_starts < b)]
+        local = np.r_[np.int64(0), inside - a]  # the block starts a series of its own (at a chunk start)
+        stream, series_of, mint, maxt, offsets, sizes = _encode_run(ms[a:b], values[a:b], local)
+        series_of = np.searchsorted(series_starts, a + local, side="right")[series_of] - 1
+        parts.append((stream, series_of, mint, maxt, offsets + base, sizes))
+        base += len(stream)
+    return b"".join(p[0] for p in parts), *(np.concatenate([p[k] for p in parts]) for k in range(1, 6))
+
+
+def _encode_run(ms, values, series_starts):  # noqa: PLR0915 (one column after another, best read in order)
+    """encode_chunks of one run of samples, all at once."""
     n = len(ms)
     lengths = np.diff(np.r_[series_starts, n])
     series_of = np.repeat(np.arange(len(lengths)), lengths)
@@ -185,6 +217,12 @@ def encode_chunks(ms, values, series_starts):  # noqa: PLR0915 (one column after
     fields[chunk_first, 0] = (len_hi << _U64(24)) | _U64(1 << 16) | chunk_size.astype(_U64)
     widths[chunk_first, 0] = len_width + 24
     widths[chunk_first + chunk_size - 1, 5] = (8 - stream_bits % 8) % 8 + 32
+    # a sample's time and value fields as one where they fit in 64 bits (most samples: a 1-bit dod of 0 and a
+    # value of at most 63 bits): about half the fields for _pack, the costliest step here
+    fits = (widths[:, 2] == 0) & (widths[:, 1] + widths[:, 3] <= 64)
+    fields[:, 3] |= np.where(fits, fields[:, 1] << (widths[:, 3] & 63).astype(_U64), _U64(0))
+    widths[:, 3] += np.where(fits, widths[:, 1], 0)
+    widths[:, 1] *= ~fits
     flat_w = widths.ravel()
     keep = flat_w > 0
     packed = _pack(fields.ravel()[keep], flat_w[keep])
@@ -287,7 +325,7 @@ def _index(label_sets, chunk_metas):  # noqa: PLR0915 (the sections in file orde
 def new_ulid(ms=None):
     """A ULID: 48 bits of ms since the epoch, 80 random bits, in Crockford's base32."""
     ms = int(time.time() * 1000) if ms is None else ms
-    n = (ms << 80) | secrets.randbits(80)
+    n = (ms << 80) | int.from_bytes(os.urandom(10))  # secrets' source, without its ~6 ms import (hmac)
     return "".join(_ULID_DIGITS[(n >> (5 * (25 - k))) & 31] for k in range(26))
 
 
