@@ -10,8 +10,8 @@
 #   std   N steps (default 50000, 550k samples with tb_step): the line earlier rounds reported
 #   big   M steps (default 500000, 5.5 M samples: a week-long run at one step a second); --big-steps 0 skips it
 # The per-sample rate is (big - tiny) samples over (big - tiny) seconds, so the start-up is not in it.
-# With --base DIR, the jobkit of another checkout DIR (e.g. a `git worktree add` of main) is run too, with
-# PYTHONPATH=DIR/py, interleaved with this tree's on the same files, so both see the same machine load ("base").
+# With --base DIR, the jobkit of another checkout DIR (e.g. a `git worktree add` of main) is run too, as
+# `python -m jobkit` from DIR/py (the working directory comes first on sys.path), interleaved with this tree's on the same files, so both see the same machine load ("base").
 # With --old REV, the py/jobkit/tb_bridge.py of git revision REV (the single-file argparse version) is run too,
 # also interleaved. With --promtool, this tree is also run with TB_BACKFILL_WRITER=promtool (the blocks written
 # by promtool, as before jobkit.observe.tsdb_block), again interleaved ("promtool"). Prints a table: version,
@@ -70,7 +70,7 @@ declare -A STEPS_OF=([tiny]=10 [std]=$STEPS [big]=$BIG_STEPS)
 ((BIG_STEPS)) && inputs+=(big)
 for input in "${inputs[@]}"; do
   mkdir -p "$WORK/logs.$input"
-  PYTHONPATH="$REPO_DIR/py" "$PYTHON" "$REPO_DIR/bench/make_event_file.py" \
+  "$PYTHON" "$REPO_DIR/bench/make_event_file.py" \
     "$WORK/logs.$input/events.out.tfevents.1700000000.bench" "${STEPS_OF[$input]}" "$SCALARS"
 done
 
@@ -78,10 +78,11 @@ done
 run() {
   local version=$1 input=$2 tsdb=$WORK/tsdb out start end cpu=-
   rm -rf "$tsdb" "$WORK/cpu" && mkdir "$tsdb"
-  # the venv's console script imports the package of whatever tree the venv was set up from: bench the named one
-  local -a command=(env "PYTHONPATH=$REPO_DIR/py" "$JOBKIT" tb-bridge backfill)
-  [[ $version == base ]] && command=(env "PYTHONPATH=$BASE/py" "$JOBKIT" tb-bridge backfill)
-  [[ $version == old ]] && command=(env "PYTHONPATH=$REPO_DIR/py" "$PYTHON" "$WORK/tb_bridge_old.py" backfill)
+  # this checkout's venv runs this checkout's jobkit; another checkout's runs from its py/ dir, which `python -m`
+  # puts first on sys.path (every path given below is absolute)
+  local -a command=("$JOBKIT" tb-bridge backfill)
+  [[ $version == base ]] && command=(env -C "$BASE/py" "$PYTHON" -m jobkit tb-bridge backfill)
+  [[ $version == old ]] && command=("$PYTHON" "$WORK/tb_bridge_old.py" backfill)
   [[ $version == promtool ]] && command=(env TB_BACKFILL_WRITER=promtool "${command[@]}")
   [[ -x /usr/bin/time ]] && command=(/usr/bin/time -f '%U %S' -o "$WORK/cpu" "${command[@]}")
   start=$EPOCHREALTIME
