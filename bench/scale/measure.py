@@ -19,8 +19,9 @@ PYTHONPATH) on the same log, just before this one, its rows marked "side": "befo
 `before -> after`). --ops tgs,analyze,...: only those log operations, and nothing else (no watchdog, stacks or
 workspace; the monitor's polls only when --ops names `monitor`); --ops tsdb: only analyze's TSDB part. That part
 (`analyze (TSDB)`, --tsdb-nodes 8,64 x --tsdb-hours 1 by default): make_synthetic_job.py's TSDB of N 8-GPU nodes
-at 5 s, read as analyze reads it in a child, by `promtool tsdb dump` (side "before") and by PromQL through a
-throwaway Prometheus (after).
+at the job's scrape interval for N nodes (5 s up to 64, 10 s up to 256, 15 s above; --tsdb-interval another),
+read as analyze reads it in a child, by PromQL through a throwaway Prometheus (after) and by `promtool tsdb
+dump` or, with --tsdb-base CHECKOUT, by that checkout's PromQL read (side "before").
 --day-steps 86400: the log operations also on a log of that many steps at the largest N,
 written with a sparse middle (simulate.py --hole: its ends and its step summary are real, its middle a hole of
 the right size), this jobkit only: it shows what a reader of a 24 h log's ends and summary costs, measured.
@@ -228,7 +229,7 @@ def stacks(root: Path, nodes: int) -> None:
 
 def tsdb_read(tsdb: str, via: str) -> None:
     """One read of TSDB as analyze does it (in a child, for its RSS): VIA promql (tsdb_query) or dump
-    (tsdb_dump, every sample); prints series and points handed to the analysis, and the step."""
+    (tsdb_dump, every sample); prints series and points handed to the analysis, the step and the point budget."""
     from jobkit.analysis import hosts, tsdb_query
     from jobkit.observe import tsdb_dump
 
@@ -237,27 +238,47 @@ def tsdb_read(tsdb: str, via: str) -> None:
     else:
         data, step = tsdb_dump.read(tsdb, hosts.hosts_families()), 0
     series = [s for group in data.values() for s in group]
-    print(len(series), sum(len(s.points) for s in series), step)
+    budget = getattr(tsdb_query, "POINT_BUDGET", 0) if via == "promql" else 0  # 0: none (a checkout before it)
+    print(len(series), sum(len(s.points) for s in series), step, budget)
 
 
-def tsdb_ops(root: Path, nodes: int, hours: float) -> None:
-    """analyze's TSDB part on make_synthetic_job.py's N-node TSDB of HOURS at 5 s: the dump (side "before")
-    and PromQL (after), each in a child; steps = the run's seconds (1 s steps), so the table's fit is in
-    node-seconds."""
-    ws = root / f"tsdb-{nodes}n-{hours}h"
+def scrape_interval(nodes: int) -> int:
+    """The job's own scrape interval for NODES nodes, seconds (utils/lib/prometheus.sh prometheus_scrape_interval)."""
+    lib = HERE.parent.parent / "utils" / "lib" / "prometheus.sh"
+    out = subprocess.run(
+        ["bash", "-c", 'source "$1" && prometheus_scrape_interval "$2"', "-", str(lib), str(nodes)],
+        capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    return int(out.strip().rstrip("s"))
+
+
+def tsdb_ops(root: Path, nodes: int, hours: float, interval: int = 0, base: Path | None = None) -> None:
+    """analyze's TSDB part on make_synthetic_job.py's N-node TSDB of HOURS at the job's scrape interval for N
+    nodes (INTERVAL: another), read in a child by PromQL through a throwaway Prometheus (after) and, as side
+    "before", by `promtool tsdb dump` or, with BASE (another checkout), by BASE's jobkit; steps = the run's
+    seconds (1 s steps), so the table's fit is in node-seconds."""
+    interval = interval or scrape_interval(nodes)
+    ws = root / f"tsdb-{nodes}n-{hours}h-{interval}s"
     made = subprocess.run(
         [PYTHON, str(HERE.parent / "make_synthetic_job.py"), str(ws), "--nodes", str(nodes), "--hours", str(hours),
-         "--steps", "200", "--id", "900003"],
+         "--steps", "200", "--id", "900003", "--interval", str(interval)],
         capture_output=True, text=True, check=True,
     )  # fmt: skip
     samples = int(made.stdout.split("samples ")[1].split()[0])
     (tsdb,) = ws.glob("900003-*/prometheus")
     size = sum(p.stat().st_size for p in tsdb.rglob("*") if p.is_file())
-    for via, side in (("dump", {"side": "before"}), ("promql", {})):
-        wall, rss, cpu, text = child([PYTHON, str(HERE / "measure.py"), "--tsdb", str(tsdb), via])
-        series, points, step = (int(x) for x in text.split()[-3:])
+    if base is None:
+        sides = [([PYTHON, str(HERE / "measure.py"), "--tsdb", str(tsdb), "dump"], None, {"side": "before"})]
+    else:
+        cmd = [PYTHON, str(base / "bench" / "scale" / "measure.py"), "--tsdb", str(tsdb), "promql"]
+        sides = [(cmd, {"PYTHONPATH": str(base / "py")}, {"side": "before", "base": str(base)})]
+    sides.append(([PYTHON, str(HERE / "measure.py"), "--tsdb", str(tsdb), "promql"], None, {}))
+    for cmd, env, side in sides:
+        wall, rss, cpu, text = child(cmd, env)
+        series, points, step, *budget = (int(x) for x in text.strip().splitlines()[-1].split())
         emit("analyze (TSDB)", nodes, int(hours * 3600), wall, rss, cpu, samples=samples, tsdb_bytes=size,
-             series_out=series, points_out=points, step_s=step, **side)  # fmt: skip
+             series_out=series, points_out=points, step_s=step, interval_s=interval,
+             point_budget=budget[0] if budget else 0, load=os.getloadavg()[0], **side)  # fmt: skip
     subprocess.run(["rm", "-rf", str(ws)], check=True)
 
 
@@ -289,11 +310,13 @@ def main() -> int:
     ap.add_argument("--ops", default="", help="only these log operations (comma-separated), nothing else")
     ap.add_argument("--tsdb-nodes", default="8,64", help="node counts of analyze's TSDB part (empty: none)")
     ap.add_argument("--tsdb-hours", type=float, default=1.0)
+    ap.add_argument("--tsdb-interval", type=int, default=0, help="scrape interval, s (default: the job's for N nodes)")
+    ap.add_argument("--tsdb-base", type=Path, help="another checkout: its PromQL read is side 'before', not the dump")
     args = ap.parse_args()
     only = [op for op in args.ops.split(",") if op]
     if not only or "tsdb" in only:
         for nodes in [int(n) for n in args.tsdb_nodes.split(",") if n]:
-            tsdb_ops(args.workdir, nodes, args.tsdb_hours)
+            tsdb_ops(args.workdir, nodes, args.tsdb_hours, args.tsdb_interval, args.tsdb_base)
         if only == ["tsdb"]:
             return 0
     root = args.workdir

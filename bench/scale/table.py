@@ -137,17 +137,33 @@ def _solve3(rows: list[tuple[float, float, float]]) -> tuple[float, float, float
     return a, max(b, 0.0), max(c, 0.0)
 
 
-def tsdb_predict(rows: list[dict]) -> tuple[float, float]:
-    """analyze's TSDB part at 512 nodes x 24 h: time = a + b*points handed to Python + c*samples in the TSDB
-    (Prometheus decodes every sample; Python gets at most MAX_POINTS per host line), RSS = c + d*points (the
-    lines Python holds and the JSON they come in), fitted to the rows;
-    samples per node-second from the rows, points per node from the longest row (its lines are the longest)."""
-    per_node_s = sum(r["samples"] for r in rows) / sum(r["nodes"] * r["steps"] for r in rows)
+TARGET_INTERVAL_S = 15  # utils/lib/prometheus.sh prometheus_scrape_interval 512: the job's scrape interval
+MAX_POINTS, MIN_POINTS = 1500, 100  # jobkit.analysis.tsdb_query: points a host line may have
+
+
+def tsdb_target(rows: list[dict]) -> tuple[float, float]:
+    """(points handed to Python, samples Prometheus decodes) at 512 nodes x 24 h scraped every 15 s.
+    Samples: samples per node per scrape from the rows (each row's interval_s, 5 s when it has none) times
+    512 x 86,400 s / 15 s. Points: the lines (series per node of the longest row, x 512) times what a line gets:
+    its scrapes up to MAX_POINTS, and with the rows' point budget (point_budget; 0: none) an equal share of it,
+    never under MIN_POINTS."""
+    scrapes = sum(r["nodes"] * r["steps"] / r.get("interval_s", 5) for r in rows)
+    per_node_scrape = sum(r["samples"] for r in rows) / scrapes
+    samples = per_node_scrape * TARGET_NODES * TARGET_STEPS / TARGET_INTERVAL_S
     longest = max(rows, key=lambda r: (r["steps"], -r["nodes"]))
-    points = longest["points_out"] / longest["nodes"] * TARGET_NODES
-    if longest["steps"] < TARGET_STEPS:  # lines grow with the run up to the cap (1,500 points)
-        points *= min(TARGET_STEPS / longest["steps"], 1500 / 720)
-    samples = per_node_s * TARGET_NODES * TARGET_STEPS
+    lines = longest["series_out"] / longest["nodes"] * TARGET_NODES
+    per_line = min(MAX_POINTS, TARGET_STEPS // TARGET_INTERVAL_S)
+    budget = max(r.get("point_budget", 0) for r in rows)
+    if budget:
+        per_line = min(per_line, max(MIN_POINTS, budget // lines))
+    return lines * per_line, samples
+
+
+def tsdb_predict(rows: list[dict]) -> tuple[float, float]:
+    """analyze's TSDB part at 512 nodes x 24 h (tsdb_target): time = a + b*points handed to Python + c*samples
+    in the TSDB (Prometheus decodes every sample; Python gets at most a line's share of points per host line),
+    RSS = c + d*points (the lines Python holds and the JSON they come in), fitted to the rows."""
+    points, samples = tsdb_target(rows)
     a, b, c = _solve3([(r["points_out"], r["samples"], r["wall"]) for r in rows])
     wall = a + b * points + c * samples
     c, d = fit([(r["points_out"], r["rss"]) for r in rows])  # memory: the lines Python holds

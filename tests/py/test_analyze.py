@@ -8,6 +8,7 @@ nothing in the job dir but analysis/.
 """
 
 import json
+import math
 import os
 import re
 import shutil
@@ -680,6 +681,44 @@ def test_the_promql_step_keeps_a_line_to_max_points_and_never_below_the_scrape_i
     assert tsdb_query.step_for(86_400, 0.98) == 58
     assert tsdb_query.step_for(600, 15.2) == 16  # whole seconds, never finer than a scrape
     assert 86_400 / tsdb_query.step_for(86_400, 1.0) <= tsdb_query.MAX_POINTS
+
+
+def test_the_point_budget_shares_its_points_between_every_host_line_and_keeps_a_floor():
+    """Issue 24 item 4: what Python holds is bounded whatever the node count: each of hosts x queries lines gets
+    an equal share of POINT_BUDGET, at most MAX_POINTS and never under MIN_POINTS."""
+    from jobkit.analysis import hosts, tsdb_query
+
+    queries = sum(len(r.metrics) + len(r.ratio_of or ()) for r in hosts.RESOURCES)
+    assert tsdb_query.points_per_line(8 * queries) == tsdb_query.MAX_POINTS  # small jobs keep full lines
+    at_512 = tsdb_query.points_per_line(512 * queries)
+    assert tsdb_query.MIN_POINTS < at_512 < tsdb_query.MAX_POINTS
+    assert 512 * queries * at_512 <= tsdb_query.POINT_BUDGET
+    assert tsdb_query.points_per_line(100_000) == tsdb_query.MIN_POINTS  # the floor wins over the budget
+    step = tsdb_query.step_for(86_400, 15.0, at_512)  # 512 nodes x 24 h at the job's 15 s
+    assert 86_400 / step <= at_512 and step >= 15
+
+
+def test_a_small_point_budget_coarsens_the_step_and_bounds_every_line(prometheus_installed, tmp_path, monkeypatch):
+    """The budget drives the step on a real read: 2 hosts x 36 min of 1 s scrapes with a budget of 300 points
+    per line get lines of at most 300 points (step 8 s), and the means stay those of the full dump."""
+    from jobkit.analysis import hosts, tsdb_query
+    from jobkit.observe import tsdb_dump
+
+    job_dir = _synthetic_job(tmp_path / "ws", "782", hours="0.6", interval="1")
+    queries = sum(len(r.metrics) + len(r.ratio_of or ()) for r in hosts.RESOURCES)
+    monkeypatch.setattr(tsdb_query, "POINT_BUDGET", 2 * queries * 300)
+    before = _contents(job_dir)
+    data, step = tsdb_query.read(str(job_dir / "prometheus"))
+    assert step == math.ceil(0.6 * 3600 / 300) == 8
+    host_series = [s for name, group in data.items() if not hosts.ERROR_COUNTERS.match(name) for s in group]
+    assert len(host_series) == 2 * queries
+    assert all(len(s.points) <= 301 for s in host_series)  # the grid's two ends
+    assert _contents(job_dir) == before
+    full = tsdb_dump.read(str(job_dir / "prometheus"), hosts.hosts_families())
+    for res in hosts.RESOURCES:
+        exact, got = hosts.summarize(hosts.host_lines(full, res)), hosts.summarize(hosts.host_lines(data, res))
+        for host in ("node1", "node2"):
+            assert got[host]["mean"] == pytest.approx(exact[host]["mean"], rel=0.02), (res.key, host)
 
 
 def test_a_rebuilt_counter_gives_the_analysis_its_rates_back():

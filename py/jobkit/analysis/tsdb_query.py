@@ -13,9 +13,13 @@ exactly those, at a step that keeps each line to at most MAX_POINTS points:
   only those are fetched, as `last_over_time(m[step])`: their increase is exact unless a reset falls inside
   one step, and their first rise is known to within one step.
 
+What Python holds is bounded whatever the node count: POINT_BUDGET points over every host line of every query
+(hosts x queries lines), so a line gets an equal share, at most MAX_POINTS and never under MIN_POINTS (8 nodes:
+1,500; 512 nodes: ~160, a 24 h line's step ~9 min). Each answer is turned into (time, value) tuples in the
+worker that fetched it, so at most one parsed JSON answer (~200 B a point) per worker is alive at a time.
 Each resource's step is its families' scrape interval (the median gap between one host's raw samples in the
-last 10 minutes: the exporter's and Ray's differ) while the run has at most MAX_POINTS of them, else the run's
-span / MAX_POINTS rounded up to whole seconds, on a grid that ends at the last sample: a mean is the same, a
+last 10 minutes: the exporter's and Ray's differ) while the run has at most that share of them, else the run's
+span / that share rounded up to whole seconds, on a grid that ends at the last sample: a mean is the same, a
 min/max is that of step-long means, a "last" the last step's mean. The view is tsdb_dump's (dirs of links, so a file Prometheus adds, renames or removes is the
 view's and the job's TSDB is never written); Prometheus (jobkit.observe.promserver) listens on 127.0.0.1 at a
 kernel-chosen port behind a random password (private=True), may not compact blocks (min = max block duration),
@@ -38,7 +42,9 @@ from jobkit.analysis import hosts
 from jobkit.observe import promserver, tsdb_dump
 from jobkit.observe.tsdb_dump import Series
 
-MAX_POINTS = 1500
+MAX_POINTS = 1500  # per host line, whatever the budget
+MIN_POINTS = 100  # per host line: under ~100 points a day's line no longer shows a stall's shape
+POINT_BUDGET = 1_000_000  # over all host lines x resources: what Python holds (~110 B a point) stays ~0.1 GB
 QUERY_TIMEOUT_S = 300
 _AGG = {"sum": "sum", "mean": "avg", "max": "max"}
 
@@ -151,9 +157,15 @@ def _intervals(client: _Client, end: float, span: float) -> dict[str, float]:
     return out
 
 
-def step_for(span: float, interval: float) -> int:
-    """Whole seconds: the scrape interval while the run has at most MAX_POINTS scrapes, else span / MAX_POINTS."""
-    return max(1, math.ceil(interval - 0.05), math.ceil(span / MAX_POINTS))  # 50 ms: a scrape's jitter
+def points_per_line(lines: int) -> int:
+    """Points one host line may have when the analysis asks for LINES of them (hosts x queries): an equal
+    share of POINT_BUDGET, between MIN_POINTS and MAX_POINTS."""
+    return max(MIN_POINTS, min(MAX_POINTS, POINT_BUDGET // max(1, lines)))
+
+
+def step_for(span: float, interval: float, points: int = MAX_POINTS) -> int:
+    """Whole seconds: the scrape interval while the run has at most POINTS scrapes, else span / POINTS."""
+    return max(1, math.ceil(interval - 0.05), math.ceil(span / points))  # 50 ms: a scrape's jitter
 
 
 def _points(values) -> list[tuple[float, float]]:
@@ -174,12 +186,16 @@ def _read(client: _Client, view: str) -> tuple[dict[str, list[Series]], int]:
     if not intervals:  # no family sampled twice: too little for lines, nothing to downsample
         raise QueryError("the TSDB has no host series sampled twice in its last 10 minutes to find the scrape interval")
     coarsest = max(intervals.values())
+    # The budget is shared by every host line of every query (the hosts of the whole run, not only its end).
+    n_hosts = len(client.get("/api/v1/label/host/values", start=start, end=end)) or 1
+    n_queries = sum(len(res.metrics) + len(res.ratio_of or ()) for res in hosts.RESOURCES)
+    per_line = points_per_line(n_hosts * n_queries)
     queries = []  # (metric name, PromQL, counter?, step)
     for res in hosts.RESOURCES:
         # One step per resource (its families come from one source, so their points share timestamps).
         found = [intervals[m] for m in (*res.metrics, *(res.ratio_of or ())) if m in intervals]
         interval = max(found) if found else coarsest
-        step = step_for(end - start, interval)
+        step = step_for(end - start, interval, per_line)
         window = step + math.ceil(interval)
         for name in res.metrics:
             if res.counter:
@@ -199,17 +215,26 @@ def _read(client: _Client, view: str) -> tuple[dict[str, list[Series]], int]:
         first = end - every * math.floor((end - start) / every)  # the grid ends on the last sample
         return client.get("/api/v1/query_range", query=query, start=first, end=end, step=every)["result"]
 
+    def lines(query: tuple[str, str, bool, int]) -> list[Series]:
+        # Each answer becomes compact (time, value) tuples in the worker, so at most one parsed JSON answer
+        # per worker is alive at a time (~200 B a point, twice the tuples' size).
+        name, promql, counter, every = query
+        out = []
+        for item in ranged(promql, every):
+            points = _points(item["values"])
+            if counter:
+                points = _rebuilt_counter(points)
+            if points:
+                out.append(Series(name, dict(item["metric"]), points))
+        return out
+
     data: dict[str, list[Series]] = {}
     with ThreadPoolExecutor(max_workers=4) as pool:
-        answers = list(pool.map(lambda q: ranged(q[1], q[3]), queries))
-        for (name, _, counter, _), result in zip(queries, answers, strict=True):
-            for item in result:
-                points = _points(item["values"])
-                if counter:
-                    points = _rebuilt_counter(points)
-                if points:
-                    data.setdefault(name, []).append(Series(name, dict(item["metric"]), points))
-        data.update(_error_counters(client, pool, start, end, step_for(end - start, min(intervals.values()))))
+        for (name, *_), series in zip(queries, pool.map(lines, queries), strict=True):
+            if series:
+                data.setdefault(name, []).extend(series)
+        finest = step_for(end - start, min(intervals.values()), per_line)
+        data.update(_error_counters(client, pool, start, end, finest))
     return data, step
 
 
