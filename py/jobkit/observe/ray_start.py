@@ -52,6 +52,7 @@ import os
 import re
 import shutil
 import sys
+import time
 
 import click
 
@@ -59,6 +60,8 @@ import click
 UNNEEDED_CLI_MODULES = ("ray.serve.scripts", "ray.dashboard.modules.job.cli", "ray.util.state.state_cli")
 # Dashboard modules (class names) a launcher job does not use; each is a process of its own.
 UNNEEDED_DASHBOARD_MODULES = frozenset(("DataHead", "JobHead", "ServeHead", "TrainHead"))
+# When the head starts its dashboard: before the raylet (Ray), right after it, or once it has registered.
+DASHBOARD_ORDERS = ("first", "beside", "last")
 _MODULE_CLASS = re.compile(
     r"^class (\w+)\(\s*(?:SubprocessModule|(?:dashboard_utils\.)?DashboardHeadModule)\b", re.MULTILINE
 )
@@ -174,15 +177,45 @@ def patch_spawns(head: bool) -> None:
     services.start_ray_process = start_ray_process
 
 
+def dashboard_order() -> str:
+    """When the head starts its dashboard (see the module docstring): "first" (Ray's order), "beside" (right
+    after the raylet) or "last" (once the raylet has registered). RAY_DASHBOARD_ORDER, else RAY_DASHBOARD_FIRST=0
+    for "beside"; anything else is "first"."""
+    order = os.environ.get("RAY_DASHBOARD_ORDER", "")
+    if order in DASHBOARD_ORDERS:
+        return order
+    return "beside" if os.environ.get("RAY_DASHBOARD_FIRST", "1") == "0" else "first"
+
+
 def dashboard_first() -> bool:
-    """Whether the head starts its dashboard before its raylet, as Ray does (RAY_DASHBOARD_FIRST, default 1)."""
-    return os.environ.get("RAY_DASHBOARD_FIRST", "1") != "0"
+    """Whether the head starts its dashboard before its raylet, as Ray does."""
+    return dashboard_order() == "first"
+
+
+def wait_for_registration(node, timeout: float = 30) -> bool:
+    """Waits until NODE's raylet has registered with the GCS (it does so only once both its agents have written
+    their port files: the head is up); False when the raylet died or TIMEOUT seconds (Ray's own wait) ran out."""
+    from ray._private import ray_constants, services
+
+    raylet = (node.all_processes.get(ray_constants.PROCESS_TYPE_RAYLET) or [None])[0]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            services.get_node(node.gcs_address, node.node_id)
+            return True
+        except RuntimeError:  # not registered yet
+            pass
+        if raylet is not None and raylet.process.poll() is not None:
+            return False
+        time.sleep(0.1)
+    return False
 
 
 def dashboard_after_raylet() -> None:
-    """Makes the head start its dashboard after its raylet (see the module docstring); a Ray whose Node has not
-    the two methods this relies on is left alone."""
-    if dashboard_first():
+    """Makes the head start its dashboard after its raylet, right after it or once it has registered (see the
+    module docstring); a Ray whose Node has not the two methods this relies on is left alone."""
+    order = dashboard_order()
+    if order == "first":
         return
     from ray._private.node import Node
 
@@ -204,6 +237,10 @@ def dashboard_after_raylet() -> None:
         start_ray_processes(self)
         kwargs = self.__dict__.pop("jobkit_dashboard", None)
         if kwargs is not None:
+            if order == "last":
+                # A raylet that died or never registered: Ray's own wait after this reports it, and the
+                # dashboard is started anyway so that `ray start` fails as it would without this order.
+                wait_for_registration(self)
             start_api_server(self, **kwargs)
 
     Node.start_api_server = deferred_api_server
