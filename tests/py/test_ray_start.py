@@ -60,7 +60,7 @@ def test_prestart_settings_yield_to_the_callers(monkeypatch):
     assert ray_start.prestart_workers() == 1
 
 
-@pytest.mark.parametrize("first, order, nice", [("1", "", None), ("0", "", "9"), ("1", "last", "9")])
+@pytest.mark.parametrize("first, order, nice", [("1", "", None), ("0", "", "9"), ("", "", "9"), ("", "first", None)])
 def test_spawns_are_patched_nice_only_for_a_dashboard_nobody_waits_for(monkeypatch, first, order, nice):
     from ray._private import services
 
@@ -84,7 +84,7 @@ def test_spawns_are_patched_nice_only_for_a_dashboard_nobody_waits_for(monkeypat
 
 @pytest.mark.parametrize(
     "order, first, expected",
-    [("", "", "first"), ("", "0", "beside"), ("last", "", "last"), ("last", "0", "last"), ("x", "0", "beside")],
+    [("", "", "last"), ("", "0", "beside"), ("", "1", "first"), ("first", "0", "first"), ("x", "0", "beside")],
 )
 def test_dashboard_order_reads_its_setting_and_the_older_one(monkeypatch, order, first, expected):
     monkeypatch.setenv("RAY_DASHBOARD_ORDER", order)

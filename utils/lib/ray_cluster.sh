@@ -55,8 +55,8 @@
 #   RAY_START_TIMEOUT  seconds one `ray start` may take until its services listen (default 90)
 #   RAY_SERVICES_NICE  ray_start_head: the INCREMENT for ray_renice_services once the head's `ray start` ended
 #                      (unset: no renice); a dashboard started after the raylet starts at it already
-#   RAY_DASHBOARD_ORDER  when the head starts its dashboard: first (Ray's order), beside (right after the
-#                      raylet) or last (once the raylet and its agents are up); see py/jobkit/observe/ray_start.py
+#   RAY_DASHBOARD_ORDER  when the head starts its dashboard: last (default; once the raylet and its agents are
+#                      up), first (Ray's order) or beside (right after the raylet); see py/jobkit/observe/ray_start.py
 #   RAY_PRESTART_WORKERS  Python workers each raylet starts with itself, ready for the actor (default 1; see
 #                      py/jobkit/observe/ray_start.py)
 #   RAY_STOP_GRACE     default GRACE of ray_stop_node (default 5)
@@ -324,7 +324,7 @@ ray_start_head() {
     _ray_err "RAY_SERVICES_NICE='$nice' must be a number >= 0 (the renice increment of Ray's services)"
     return 2
   fi
-  case ${RAY_DASHBOARD_ORDER:-first} in
+  case ${RAY_DASHBOARD_ORDER:-last} in
     first | beside | last) ;;
     *)
       _ray_err "RAY_DASHBOARD_ORDER='$RAY_DASHBOARD_ORDER' must be first, beside or last (when the head starts its dashboard)"

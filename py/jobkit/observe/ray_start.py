@@ -18,13 +18,13 @@ RAY_DASHBOARD_ALL_MODULES=1 keeps every module.
 
 When the head starts its dashboard is RAY_DASHBOARD_ORDER (Ray waits ~5-10 s for the dashboard before it
 starts the raylet and its two agents, which take as long again):
-- first (default): Ray's own order. The agents start with the CPU to themselves, but the dashboard's imports and
+- first: Ray's own order. The agents start with the CPU to themselves, but the dashboard's imports and
   module processes (~11 s on a busy 2-core node) sit on the critical path of every RAY=1 job.
 - beside (also RAY_DASHBOARD_FIRST=0): the raylet and its agents start right after the GCS, the dashboard right
   after the raylet, beside the agents. Started side by side on a saturated 2-core machine (load ~10), the
   dashboard agent once missed the 15 s in which the raylet waits for its port file, and the raylet aborted (the
   job trained without Ray).
-- last: the raylet and its agents start right after the GCS, and the dashboard only once the raylet has
+- last (default): the raylet and its agents start right after the GCS, and the dashboard only once the raylet has
   registered with the GCS, which it does only after both agents have written their port files: the head is up
   (what utils/lib/ray_cluster.sh waits for) before the dashboard takes any CPU, so it cannot slow the agents.
 In both later orders the dashboard starts at JOBKIT_RAY_SPAWN_NICE (below), and `ray start` still returns only
@@ -70,7 +70,7 @@ import click
 UNNEEDED_CLI_MODULES = ("ray.serve.scripts", "ray.dashboard.modules.job.cli", "ray.util.state.state_cli")
 # Dashboard modules (class names) a launcher job does not use; each is a process of its own.
 UNNEEDED_DASHBOARD_MODULES = frozenset(("DataHead", "JobHead", "ServeHead", "TrainHead"))
-# When the head starts its dashboard: before the raylet (Ray), right after it, or once it has registered.
+# When the head starts its dashboard: before the raylet (Ray), right after it, or once it has registered (default).
 DASHBOARD_ORDERS = ("first", "beside", "last")
 _MODULE_CLASS = re.compile(
     r"^class (\w+)\(\s*(?:SubprocessModule|(?:dashboard_utils\.)?DashboardHeadModule)\b", re.MULTILINE
@@ -189,12 +189,12 @@ def patch_spawns(head: bool) -> None:
 
 def dashboard_order() -> str:
     """When the head starts its dashboard (see the module docstring): "first" (Ray's order), "beside" (right
-    after the raylet) or "last" (once the raylet has registered). RAY_DASHBOARD_ORDER, else RAY_DASHBOARD_FIRST=0
-    for "beside"; anything else is "first"."""
+    after the raylet) or "last" (once the raylet has registered; the default). RAY_DASHBOARD_ORDER, else the older
+    RAY_DASHBOARD_FIRST: 0 for "beside", 1 for "first"."""
     order = os.environ.get("RAY_DASHBOARD_ORDER", "")
     if order in DASHBOARD_ORDERS:
         return order
-    return "beside" if os.environ.get("RAY_DASHBOARD_FIRST", "1") == "0" else "first"
+    return {"0": "beside", "1": "first"}.get(os.environ.get("RAY_DASHBOARD_FIRST", ""), "last")
 
 
 def dashboard_first() -> bool:
