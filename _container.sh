@@ -77,7 +77,8 @@ _CONTAINER_ENV_ALLOWLIST=(
   CLUSTER_IP SLURM_SUBMIT_HOST                  # this node's address when set by hand; login node for tunnel hints
   RAY_START_TIMEOUT RAY_STOP_GRACE RAY_START_ARGS RAY_BIN RAY_REPORTER_INTERVAL_MS    # Ray node start/stop,
   RAY_DASHBOARD_ENABLE_PROFILING RAY_DASHBOARD_SELF_METRICS_INTERVAL_S               # see utils/lib/ray_cluster.sh
-  RAY_DASHBOARD_FIRST RAY_DASHBOARD_ALL_MODULES RAY_CLIENT_SERVER RAY_SERVICES_NICE   # and jobkit ray-start
+  RAY_DASHBOARD_FIRST RAY_DASHBOARD_ORDER RAY_DASHBOARD_ALL_MODULES RAY_CLIENT_SERVER   # and jobkit ray-start
+  RAY_SERVICES_NICE                             # (utils/lib/ray_cluster.sh)
   RAY_PRESTART_WORKERS                          # (py/jobkit/observe/ray_start.py)
   OBS_NICE OBS_PYTHON TB_BACKFILL_WRITER        # observability services' niceness, interpreter; backfill writer
   STAGE_TIMEOUTS                                # per-stage timeout overrides

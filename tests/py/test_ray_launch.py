@@ -123,6 +123,10 @@ def cluster():
     try:
         assert proc.returncode == 0, proc.stderr
         print(f"ray_start_head: {started:.1f} s")
+        # The dashboard comes up behind ray_start_head (RAY_DASHBOARD_ORDER): the tests that ask it something
+        # start once `ray start` has ended, which it does only with the dashboard up.
+        rc = wait_for(lambda: Path(temp, "ray_start.rc").exists() and Path(temp, "ray_start.rc"), 150, "ray start")
+        assert rc.read_text().strip() == "0", Path(temp, "ray_start.err").read_text()
         yield {"address": f"127.0.0.1:{ports[0]}", "temp": temp, "dashboard": ports[1], "token": token}
     finally:
         t0 = time.monotonic()
@@ -392,6 +396,15 @@ def test_library_rejects_bad_arguments():
     assert proc.returncode == 2 and "HEAD_ADDR" in proc.stderr
     proc = lib("ray_save_logs /tmp/jobkit-no-such-dir /tmp/jobkit-no-dest")
     assert proc.returncode == 1 and "no Ray session logs" in proc.stderr
+    temp = tempfile.mkdtemp(prefix="mxr-o", dir="/tmp")
+    try:
+        ports = " ".join(str(free_port()) for _ in range(3))
+        proc = lib(f"ray_start_head {temp} 127.0.0.1 {ports}", env=dict(node_env(), RAY_DASHBOARD_ORDER="sideways"))
+        assert proc.returncode == 2 and len(proc.stderr.splitlines()) == 1, proc.stderr
+        assert "RAY_DASHBOARD_ORDER='sideways' must be first, beside or last" in proc.stderr
+        assert procs_naming(temp) == [] and os.listdir(temp) == []
+    finally:
+        shutil.rmtree(temp, ignore_errors=True)
 
 
 def test_save_logs_copies_the_session_logs(cluster, tmp_path):
@@ -601,3 +614,45 @@ def test_another_user_cannot_read_the_token(cluster):
     as_nobody = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
     proc = subprocess.run([*as_nobody, "cat", str(token)], capture_output=True, text=True, timeout=30)
     assert proc.returncode != 0 and "Permission denied" in proc.stderr and proc.stdout == ""
+
+
+def _started_at(pid: int) -> float:
+    """When process PID started, on the wall clock (its start in clock ticks since boot, /proc/PID/stat)."""
+    ticks = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
+    boot = time.time() - time.clock_gettime(time.CLOCK_BOOTTIME)
+    return boot + ticks / os.sysconf("SC_CLK_TCK")
+
+
+@pytest.mark.e2e
+def test_dashboard_last_starts_niced_once_the_head_is_up_and_answers_http():
+    """RAY_DASHBOARD_ORDER=last (the default): the raylet and its agents start right after the GCS, the dashboard only once
+    the raylet has registered (both agents' port files written), at RAY_SERVICES_NICE; it still comes up."""
+    temp = tempfile.mkdtemp(prefix="mxr-l", dir="/tmp")
+    auth = tempfile.mkdtemp(prefix="mxr-a", dir="/tmp")
+    token = f"{auth}/job/token"
+    ports = [free_port() for _ in range(3)]
+    env = dict(node_env(), RAY_AUTH_TOKEN_PATH=token, RAY_SERVICES_NICE="7")  # the default order
+    try:
+        assert lib(f"ray_make_token {token}").returncode == 0
+        proc = lib(f"ray_start_head {temp} 127.0.0.1 {ports[0]} {ports[1]} {ports[2]}", env=env)
+        assert proc.returncode == 0, proc.stderr
+        session = Path(temp, "session_latest")
+        rc = wait_for(lambda: Path(temp, "ray_start.rc").exists() and Path(temp, "ray_start.rc"), 150, "ray start")
+        assert rc.read_text().strip() == "0", Path(temp, "ray_start.err").read_text()
+        # The dashboard started after both agents had written their port files.
+        ports_written = max(p.stat().st_mtime for p in session.glob("*_agent_port_*"))
+        assert len(list(session.glob("*_agent_port_*"))) >= 2, sorted(p.name for p in session.iterdir())
+        dashboard = _program_pids(temp)["dashboard"][0]
+        assert _started_at(dashboard) > ports_written
+        assert _niceness(dashboard) >= 7  # (niced at its spawn: test_ray_start.py; reniced once `ray start` ended)
+        # Its HTTP server answers (with the job's token required, a refusal is an answer too).
+        url = f"http://127.0.0.1:{ports[1]}/api/gcs_healthz"
+        try:
+            status = urllib.request.urlopen(url, timeout=30).status
+        except urllib.error.HTTPError as refused:
+            status = refused.code
+        assert status in (200, 401, 403), status
+    finally:
+        stop = lib(f"ray_stop_node {temp}", timeout=60)
+        subprocess.run(["rm", "-rf", temp, auth], check=False)
+    assert stop.returncode == 0, stop.stderr

@@ -60,13 +60,14 @@ def test_prestart_settings_yield_to_the_callers(monkeypatch):
     assert ray_start.prestart_workers() == 1
 
 
-@pytest.mark.parametrize("first, nice", [("1", None), ("0", "9")])
-def test_spawns_are_patched_nice_only_for_a_dashboard_nobody_waits_for(monkeypatch, first, nice):
+@pytest.mark.parametrize("first, order, nice", [("1", "", None), ("0", "", "9"), ("", "", "9"), ("", "first", None)])
+def test_spawns_are_patched_nice_only_for_a_dashboard_nobody_waits_for(monkeypatch, first, order, nice):
     from ray._private import services
 
     started = []
     monkeypatch.setattr(services, "start_ray_process", lambda cmd, kind, *a, **kw: started.append((cmd, kind, kw)))
     monkeypatch.setenv("RAY_DASHBOARD_FIRST", first)
+    monkeypatch.setenv("RAY_DASHBOARD_ORDER", order)
     monkeypatch.setenv("JOBKIT_RAY_SPAWN_NICE", "9")
     monkeypatch.delenv("RAY_PRESTART_WORKERS", raising=False)
     monkeypatch.delenv("RAY_num_workers_soft_limit", raising=False)
@@ -79,3 +80,14 @@ def test_spawns_are_patched_nice_only_for_a_dashboard_nobody_waits_for(monkeypat
     assert dash[-1].startswith("--modules-to-load=") and "JobHead" not in dash[-1]
     assert raylet == ["raylet", "--num_prestart_python_workers=1"]
     assert raylet_kw["env_updates"] == {"A": "1", "RAY_enable_worker_prestart": "1", "RAY_num_workers_soft_limit": "1"}
+
+
+@pytest.mark.parametrize(
+    "order, first, expected",
+    [("", "", "last"), ("", "0", "beside"), ("", "1", "first"), ("first", "0", "first"), ("x", "0", "beside")],
+)
+def test_dashboard_order_reads_its_setting_and_the_older_one(monkeypatch, order, first, expected):
+    monkeypatch.setenv("RAY_DASHBOARD_ORDER", order)
+    monkeypatch.setenv("RAY_DASHBOARD_FIRST", first)
+    assert ray_start.dashboard_order() == expected
+    assert ray_start.dashboard_first() == (expected == "first")

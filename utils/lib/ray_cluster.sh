@@ -55,6 +55,8 @@
 #   RAY_START_TIMEOUT  seconds one `ray start` may take until its services listen (default 90)
 #   RAY_SERVICES_NICE  ray_start_head: the INCREMENT for ray_renice_services once the head's `ray start` ended
 #                      (unset: no renice); a dashboard started after the raylet starts at it already
+#   RAY_DASHBOARD_ORDER  when the head starts its dashboard: last (default; once the raylet and its agents are
+#                      up), first (Ray's order) or beside (right after the raylet); see py/jobkit/observe/ray_start.py
 #   RAY_PRESTART_WORKERS  Python workers each raylet starts with itself, ready for the actor (default 1; see
 #                      py/jobkit/observe/ray_start.py)
 #   RAY_STOP_GRACE     default GRACE of ray_stop_node (default 5)
@@ -322,6 +324,13 @@ ray_start_head() {
     _ray_err "RAY_SERVICES_NICE='$nice' must be a number >= 0 (the renice increment of Ray's services)"
     return 2
   fi
+  case ${RAY_DASHBOARD_ORDER:-last} in
+    first | beside | last) ;;
+    *)
+      _ray_err "RAY_DASHBOARD_ORDER='$RAY_DASHBOARD_ORDER' must be first, beside or last (when the head starts its dashboard)"
+      return 2
+      ;;
+  esac
   deadline=$((EPOCHSECONDS + start_limit))
   # A socket left by an earlier node under TEMP_DIR must not pass for this one's raylet.
   rm -rf "$dir/session_latest" "$dir/ray_start.rc" "$dir/ray_start.err" "$dir/.ray_start_returned" \
@@ -367,7 +376,7 @@ _ray_head_watch() {
   local dir=$1 node_ip=$2 gcs_port=$3 nice=$4 rc=0
   shift 4
   # `jobkit ray-start` starts a dashboard that nothing waits for (the one started after the raylet,
-  # RAY_DASHBOARD_FIRST=0) at this niceness from its spawn (this function runs in a background subshell).
+  # RAY_DASHBOARD_ORDER=beside or last) at this niceness from its spawn (this function runs in a background subshell).
   [[ -n $nice ]] && export JOBKIT_RAY_SPAWN_NICE=$nice
   # Its own errors (no ray CLI, a bad token) go to a file that ray_start_head repeats; so does the shell's
   # "Terminated" when ray_stop_node stops `ray start`, which is no news for the caller's log.

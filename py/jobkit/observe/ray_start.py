@@ -16,15 +16,25 @@ ray.dashboard.modules, not by importing it, which would cost the seconds saved).
 its minimal mode (no ray[default]), or a Ray whose modules this does not recognise, is left as Ray starts it.
 RAY_DASHBOARD_ALL_MODULES=1 keeps every module.
 
-The head's dashboard is also started after the raylet rather than before it (Ray waits ~5-10 s for the
-dashboard, then starts the raylet and its agents, which take as long again): the two then come up side by side,
-and `ray start` still returns only once both are up, or fails as before when either does not. The raylet is
-told the dashboard's address from --dashboard-host/--dashboard-port (the one Ray then publishes, as the port is
-checked free first). This order is opt-in (RAY_DASHBOARD_FIRST=0); by default Ray's own order stands. Started
-side by side on a saturated 2-core machine (load ~10), the dashboard agent once missed the 15 s in which the
-raylet waits for its port file, and the raylet aborted (the job trained without Ray); with the dashboard up
-first the agents start with the CPU to themselves. On a node with cores to spare the side-by-side start saves
-a few seconds; measure there before making it the default.
+When the head starts its dashboard is RAY_DASHBOARD_ORDER (Ray waits ~5-10 s for the dashboard before it
+starts the raylet and its two agents, which take as long again):
+- first: Ray's own order. The agents start with the CPU to themselves, but the dashboard's imports and
+  module processes (~11 s on a busy 2-core node) sit on the critical path of every RAY=1 job.
+- beside (also RAY_DASHBOARD_FIRST=0): the raylet and its agents start right after the GCS, the dashboard right
+  after the raylet, beside the agents. Started side by side on a saturated 2-core machine (load ~10), the
+  dashboard agent once missed the 15 s in which the raylet waits for its port file, and the raylet aborted (the
+  job trained without Ray).
+- last (default): the raylet and its agents start right after the GCS, and the dashboard only once the raylet has
+  registered with the GCS, which it does only after both agents have written their port files: the head is up
+  (what utils/lib/ray_cluster.sh waits for) before the dashboard takes any CPU, so it cannot slow the agents.
+In both later orders the dashboard starts at JOBKIT_RAY_SPAWN_NICE (below), and `ray start` still returns only
+once it is up, or fails as before when it or the raylet does not (a raylet that dies or never registers is
+left to Ray's own 30 s wait, and the dashboard is started anyway). Nothing the raylet or its agents do needs the
+dashboard (Ray 2.60's source): the agents register with the GCS and publish their ports in its key-value
+store, where a dashboard started later finds them; the raylet is told the dashboard's address from
+--dashboard-host/--dashboard-port (the one Ray then publishes, as the port is checked free first), and passes it
+to workers only for display; a driver that connects before the dashboard has published its address
+(webui:url) only logs no dashboard URL.
 
 The actor's worker is started with the raylet rather than when the driver asks for the actor: Ray prestarts as
 many Python workers as the node has CPUs, none on a launcher's node (--num-cpus=0), and only once a driver
@@ -36,7 +46,7 @@ connect instead of following them. RAY_PRESTART_WORKERS=0 keeps Ray's behaviour;
 RAY_num_workers_soft_limit set by the caller stay as set. Every node's `ray start` gets this, workers' too.
 
 With JOBKIT_RAY_SPAWN_NICE=N (utils/lib/ray_cluster.sh sets it from RAY_SERVICES_NICE) the head's dashboard
-starts at niceness N when it starts after the raylet (RAY_DASHBOARD_FIRST=0), where nothing waits for it. In
+starts at niceness N when it starts after the raylet (beside or last), where nothing waits for it. In
 Ray's order nothing else is niced from its spawn: the raylet starts only once the dashboard is up, and it waits
 for its two agents' port files (15 s, then it aborts), so all three are on the critical path: niced, they can
 only come up later, and an agent that misses the 15 s aborts the raylet. (Tried: starting all three niced gave
@@ -52,6 +62,7 @@ import os
 import re
 import shutil
 import sys
+import time
 
 import click
 
@@ -59,6 +70,8 @@ import click
 UNNEEDED_CLI_MODULES = ("ray.serve.scripts", "ray.dashboard.modules.job.cli", "ray.util.state.state_cli")
 # Dashboard modules (class names) a launcher job does not use; each is a process of its own.
 UNNEEDED_DASHBOARD_MODULES = frozenset(("DataHead", "JobHead", "ServeHead", "TrainHead"))
+# When the head starts its dashboard: before the raylet (Ray), right after it, or once it has registered (default).
+DASHBOARD_ORDERS = ("first", "beside", "last")
 _MODULE_CLASS = re.compile(
     r"^class (\w+)\(\s*(?:SubprocessModule|(?:dashboard_utils\.)?DashboardHeadModule)\b", re.MULTILINE
 )
@@ -154,7 +167,7 @@ def patch_spawns(head: bool) -> None:
 
         modules = modules_to_load(os.path.join(os.path.dirname(ray.dashboard.__file__), "modules"))
     prestart = prestart_workers()
-    # Niced from its spawn only where nothing waits for it: after the raylet (RAY_DASHBOARD_FIRST=0). In Ray's
+    # Niced from its spawn only where nothing waits for it: after the raylet (beside or last). In Ray's
     # order the raylet starts only once the dashboard is up, and the raylet waits for its agents' port files.
     nice = spawn_nice() if head and not dashboard_first() else 0
 
@@ -174,15 +187,45 @@ def patch_spawns(head: bool) -> None:
     services.start_ray_process = start_ray_process
 
 
+def dashboard_order() -> str:
+    """When the head starts its dashboard (see the module docstring): "first" (Ray's order), "beside" (right
+    after the raylet) or "last" (once the raylet has registered; the default). RAY_DASHBOARD_ORDER, else the older
+    RAY_DASHBOARD_FIRST: 0 for "beside", 1 for "first"."""
+    order = os.environ.get("RAY_DASHBOARD_ORDER", "")
+    if order in DASHBOARD_ORDERS:
+        return order
+    return {"0": "beside", "1": "first"}.get(os.environ.get("RAY_DASHBOARD_FIRST", ""), "last")
+
+
 def dashboard_first() -> bool:
-    """Whether the head starts its dashboard before its raylet, as Ray does (RAY_DASHBOARD_FIRST, default 1)."""
-    return os.environ.get("RAY_DASHBOARD_FIRST", "1") != "0"
+    """Whether the head starts its dashboard before its raylet, as Ray does."""
+    return dashboard_order() == "first"
+
+
+def wait_for_registration(node, timeout: float = 30) -> bool:
+    """Waits until NODE's raylet has registered with the GCS (it does so only once both its agents have written
+    their port files: the head is up); False when the raylet died or TIMEOUT seconds (Ray's own wait) ran out."""
+    from ray._private import ray_constants, services
+
+    raylet = (node.all_processes.get(ray_constants.PROCESS_TYPE_RAYLET) or [None])[0]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            services.get_node(node.gcs_address, node.node_id)
+            return True
+        except RuntimeError:  # not registered yet
+            pass
+        if raylet is not None and raylet.process.poll() is not None:
+            return False
+        time.sleep(0.1)
+    return False
 
 
 def dashboard_after_raylet() -> None:
-    """Makes the head start its dashboard after its raylet (see the module docstring); a Ray whose Node has not
-    the two methods this relies on is left alone."""
-    if dashboard_first():
+    """Makes the head start its dashboard after its raylet, right after it or once it has registered (see the
+    module docstring); a Ray whose Node has not the two methods this relies on is left alone."""
+    order = dashboard_order()
+    if order == "first":
         return
     from ray._private.node import Node
 
@@ -204,6 +247,10 @@ def dashboard_after_raylet() -> None:
         start_ray_processes(self)
         kwargs = self.__dict__.pop("jobkit_dashboard", None)
         if kwargs is not None:
+            if order == "last":
+                # A raylet that died or never registered: Ray's own wait after this reports it, and the
+                # dashboard is started anyway so that `ray start` fails as it would without this order.
+                wait_for_registration(self)
             start_api_server(self, **kwargs)
 
     Node.start_api_server = deferred_api_server
