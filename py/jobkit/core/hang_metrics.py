@@ -120,6 +120,15 @@ def _hosts_said(hosts: list[HostWindow]) -> str:
     return shown + (f"; and {more} more host{'s' if more > 1 else ''}" if more > 0 else "")
 
 
+def _odd_host(odd: HostWindow, hosts: list[HostWindow], because: str, span: str, note: str) -> HangMetrics:
+    """The verdict for one host unlike the others (by its GPUs or, on a CPU job, its CPU): blamed, node-local,
+    said first in the line."""
+    rest = [h for h in hosts if h is not odd]
+    return HangMetrics(
+        f"{span}{_hosts_said([odd, *rest])}: {odd.host} unlike the others{note}", "odd-host", odd.host, because, True
+    )
+
+
 def judge(window: Window | None, log_faults: dict[str, list[str]] | None = None) -> HangMetrics | None:
     """The verdict of WINDOW's per-host numbers plus the GPU fault lines the log ties to a host (LOG_FAULTS,
     {host: [line, ...]}); None when there is nothing to judge (no window and no fault line)."""
@@ -153,9 +162,7 @@ def judge(window: Window | None, log_faults: dict[str, list[str]] | None = None)
             f"metrics: {odd.host}'s GPUs were idle ({odd.gpu_busy:.0f}% busy) while every other host's were busy: "
             f"training there stopped using its GPUs (a stopped or lost process, a GPU gone) and the others wait for it"
         )
-        rest = [h for h in hosts if h is not odd]
-        line = f"{span}{_hosts_said([odd, *rest])}: {odd.host} unlike the others{note}"
-        return HangMetrics(line, "odd-host", odd.host, because, True)
+        return _odd_host(odd, hosts, because, span, note)
     cpus = [h for h in hosts if h.cpu is not None]
     cpu_idle = [h for h in cpus if h.cpu <= CPU_IDLE_PERCENT]
     if not measured and len(cpus) >= 2 and len(cpu_idle) == 1:
@@ -165,9 +172,7 @@ def judge(window: Window | None, log_faults: dict[str, list[str]] | None = None)
                 f"metrics: {odd.host}'s CPU was idle ({odd.cpu:.0f}%) while every other host's was busy: training "
                 f"there did nothing (a stopped or blocked process) and the others wait for it"
             )
-            rest = [h for h in hosts if h is not odd]
-            line = f"{span}{_hosts_said([odd, *rest])}: {odd.host} unlike the others{note}"
-            return HangMetrics(line, "odd-host", odd.host, because, True)
+            return _odd_host(odd, hosts, because, span, note)
     if measured and len(measured) == len(hosts) and all(h.busy and h.standby and h.quiet for h in hosts) and not faulty:
         because = (
             "metrics: every host's GPUs busy at standby power with no network traffic: a collective deadlock "
