@@ -64,7 +64,7 @@ def read(tsdb: str, prometheus: str | None = None) -> tuple[dict[str, list[Serie
         raise QueryError("prometheus is not installed")
     with tempfile.TemporaryDirectory(prefix="jobkit-promql-") as scratch:
         try:
-            view = tsdb_dump._view(tsdb, scratch)
+            view = tsdb_dump.link_view(tsdb, scratch)
         except OSError as e:
             raise QueryError(f"cannot read {e.filename or tsdb}: {(e.strerror or str(e)).lower()}") from None
         try:

@@ -61,7 +61,7 @@ def read(
         raise TsdbReadError("promtool is not installed; run 'utils/prometheus.sh install'")
     with tempfile.TemporaryDirectory(prefix="jobkit-tsdb-") as scratch:
         try:
-            where = _view(tsdb, scratch)
+            where = link_view(tsdb, scratch)
         except OSError as e:  # a TSDB (or a part of it) this user may not list
             raise TsdbReadError(f"cannot read {e.filename or tsdb}: {(e.strerror or str(e)).lower()}") from None
         argv = [tool, "tsdb", "dump", f'--match={{__name__=~"{families}"}}']
@@ -103,7 +103,7 @@ def _link_dir(src: str, dst: str, recurse: bool = False) -> None:
             os.symlink(path, os.path.join(dst, name))
 
 
-def _view(tsdb: str, scratch: str) -> str:
+def link_view(tsdb: str, scratch: str) -> str:
     """A private view of TSDB in SCRATCH for promtool: its blocks, WAL (and out-of-order WBL) and head chunks
     as dirs of links, and an empty wal/ when it has none (promtool 2.42 refuses a TSDB without one). promtool
     opens the TSDB read-only but still creates chunks_head/ in the dir it is given, and may repair (remove) a
