@@ -84,6 +84,10 @@ load test_helper
   "$venv/bin/python" -c 'import click, yaml, numpy, prometheus_client, tensorboard, google_crc32c'
   run "$venv/bin/python" -c 'import importlib.util as u; print([m for m in ("jax", "maxtext", "ray") if u.find_spec(m)])'
   [ "$output" = "[]" ]
+  # compiled at install, packages and jobkit alike (uv compiles nothing unless asked)
+  run "$venv/bin/python" -c 'import importlib.util as u, os, click.core, jobkit.cli
+print([m.__file__ for m in (click.core, jobkit.cli) if not os.path.exists(u.cache_from_source(m.__file__))])'
+  [ "$output" = "[]" ]
   # the versions are the lock's
   local pinned; pinned=$(grep -i '^prometheus[-_]client==' "$REPO_DIR/requirements.lock" | cut -d= -f3)
   run "$venv/bin/python" -c 'import importlib.metadata as m; print(m.version("prometheus-client"))'
@@ -92,6 +96,13 @@ load test_helper
   VENV_DIR=$venv run "$REPO_DIR/utils/setup_env.sh" --tools
   [ "$status" -eq 0 ]
   [ -z "$output" ]
+}
+
+@test "the project venv holds its modules compiled: Ray's processes and jobkit's do not compile them at each start" {
+  run "$REPO_DIR/.venv/bin/python" -c 'import importlib.util as u, os, ray._private.worker, ray.dashboard.agent, jobkit.observe.ray_start
+print([m.__file__ for m in (ray._private.worker, ray.dashboard.agent, jobkit.observe.ray_start) if not os.path.exists(u.cache_from_source(m.__file__))])'
+  [ "$status" -eq 0 ]
+  [ "$output" = "[]" ]
 }
 
 @test "a full venv also serves a --tools request" {
