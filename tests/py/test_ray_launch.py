@@ -485,6 +485,17 @@ def test_the_first_actor_runs_in_the_worker_the_raylet_prestarted(cluster):
     )
 
 
+def test_node_registered_answers_from_the_real_gcs(cluster, monkeypatch):
+    # What the driver polls before ray.init (instead of ray.init's 1 s sleeps): Ray's own GCS client, with the token.
+    monkeypatch.setenv("RAY_AUTH_MODE", "token")
+    monkeypatch.setenv("RAY_AUTH_TOKEN_PATH", cluster["token"])
+    from jobkit.observe.ray_driver import node_registered
+
+    assert node_registered(cluster["address"]) is True
+    assert node_registered(cluster["address"], host="192.0.2.1") is False  # the same GCS, no node on that host
+    assert node_registered(f"127.0.0.1:{free_port()}") is None  # no GCS there: Ray's client cannot say
+
+
 def _niceness(pid: int) -> int:
     return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[16])
 

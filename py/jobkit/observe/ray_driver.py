@@ -107,6 +107,27 @@ def _probe(address: str, timeout: float = 5.0) -> str | None:
         return one_line(exc)
 
 
+def node_registered(address: str, host: str | None = None) -> bool | None:
+    """Whether the GCS at ADDRESS (HOST:PORT) lists an alive node on HOST (default: ADDRESS's); None when Ray's
+    GCS client cannot say (a Ray whose internals differ, a GCS that does not answer within 1 s).
+
+    ray.init looks for a raylet of this host among the GCS's alive nodes and, not finding one, sleeps a whole
+    second before it looks again (Ray 2.60, services.get_node_to_connect_for_driver). The head is reported up
+    (GCS, raylet socket, the agents' port files) a few tenths of a second before its raylet registers, so a
+    driver that called ray.init at once paid that second on every RAY=1 start."""
+    host = host or address.rpartition(":")[0].strip("[]")
+    try:
+        from ray._raylet import GcsClient
+        from ray.core.generated.gcs_pb2 import GcsNodeInfo
+
+        nodes = GcsClient(address=address).get_all_node_info(
+            timeout=1, state_filter=GcsNodeInfo.GcsNodeState.ALIVE
+        )
+        return any(info.node_manager_address == host for info in nodes.values())
+    except Exception:
+        return None
+
+
 class _Leave(Exception):
     """Ends Driver.run before the commands are followed, with STATUS as its exit status (see Driver.run)."""
 
@@ -274,6 +295,10 @@ class Driver:
             ray.cloudpickle.register_pickle_by_value(module)
         connected = threading.Event()
         threading.Thread(target=self._exit_unless_connected, args=(connected,), daemon=True).start()
+        # Until the head's raylet has registered, polled every 0.05 s instead of by ray.init's 1 s sleeps
+        # (node_registered); --connect-timeout bounds both. Anything unexpected leaves the wait to ray.init.
+        while not self.signal and node_registered(address) is False:
+            self.stopped.wait(0.05)
         try:
             ray.init(
                 address=address,
