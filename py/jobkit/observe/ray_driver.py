@@ -120,9 +120,7 @@ def node_registered(address: str, host: str | None = None) -> bool | None:
         from ray._raylet import GcsClient
         from ray.core.generated.gcs_pb2 import GcsNodeInfo
 
-        nodes = GcsClient(address=address).get_all_node_info(
-            timeout=1, state_filter=GcsNodeInfo.GcsNodeState.ALIVE
-        )
+        nodes = GcsClient(address=address).get_all_node_info(timeout=1, state_filter=GcsNodeInfo.GcsNodeState.ALIVE)
         return any(info.node_manager_address == host for info in nodes.values())
     except Exception:
         return None
