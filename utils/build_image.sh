@@ -42,7 +42,8 @@ _REPO_DIR=$(cd "$_UTILS_DIR/.." && pwd)
 source "$_UTILS_DIR/lib/apt_install.sh"
 
 # Bump when the recipe below changes in a way that changes the image: every cached image is then rebuilt.
-_RECIPE=1
+# 2: the venv's modules compiled to bytecode at install (see setup_env.sh's _compile_bytecode for why).
+_RECIPE=2
 _SUITE=bookworm
 _VENV=/opt/venv
 # Shared libraries MaxText's imports load (minbase lacks libssl3), the tools the training tier calls
@@ -151,12 +152,12 @@ _install_venv() {
       root=$1 bind=$2 venv=$3
       if [[ -n $bind ]]; then mount --bind "$bind" "$root/tmp/uv-cache"; fi
       exec chroot "$root" env UV_CACHE_DIR=/tmp/uv-cache UV_LINK_MODE=copy SSL_CERT_FILE=/tmp/host-ca.crt \
-        /tmp/uv pip install --quiet \
+        /tmp/uv pip install --quiet --compile-bytecode \
         --python "$venv/bin/python" --no-deps -r /tmp/requirements.lock' _ "$root" "$bind" "$_VENV" >&2 ||
       _die "installing requirements.lock into the image failed (see above); check network access to PyPI and rerun"
   else
     _say "installing $(grep -c '==' "$_REPO_DIR/requirements.lock") pinned packages into $_VENV with pip (~2 min)"
-    _in_root "$root" env PIP_CERT=/tmp/host-ca.crt "$_VENV/bin/python" -m pip install --quiet --disable-pip-version-check --no-input \
+    _in_root "$root" env PIP_CERT=/tmp/host-ca.crt "$_VENV/bin/python" -m pip install --quiet --compile --disable-pip-version-check --no-input \
       --no-cache-dir --no-deps -r /tmp/requirements.lock >&2 ||
       _die "installing requirements.lock into the image failed (see above); check network access to PyPI and rerun"
   fi

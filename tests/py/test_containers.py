@@ -407,6 +407,17 @@ def test_image_info_reads_the_built_image(cpu_image):
     assert info["rocm"] is None and info["cuda"] is None
 
 
+def test_the_images_venv_holds_its_modules_compiled(cpu_image):
+    # Each container starts from the image: modules compiled at build are not compiled again at every job start.
+    check = (
+        "import importlib.util as u, os, ray._private.worker, jax; "
+        "print([m.__file__ for m in (ray._private.worker, jax) if not os.path.exists(u.cache_from_source(m.__file__))])"
+    )
+    result = podman("run", "--rm", "--network=none", cpu_image, "/opt/venv/bin/python", "-c", check, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"
+
+
 def test_the_gpu_containerfile_builds_on_the_cpu_image(cpu_image):
     """Every step of configs/containers/Containerfile.gpu, run for real on a Debian base that has a venv
     (a vendor base needs a registry): its apt and pip steps, the lock's pins, its labels."""
