@@ -413,7 +413,22 @@ def test_the_images_venv_holds_its_modules_compiled(cpu_image):
         "import importlib.util as u, os, ray._private.worker, jax; "
         "print([m.__file__ for m in (ray._private.worker, jax) if not os.path.exists(u.cache_from_source(m.__file__))])"
     )
-    result = podman("run", "--rm", "--network=none", cpu_image, "/opt/venv/bin/python", "-c", check, timeout=300)
+    # The limits _container.sh gives its containers (rootful podman's defaults exceed this host's hard limits).
+    limits = subprocess.run(
+        [
+            "bash",
+            "-c",
+            "source utils/lib/container_runtime.sh && container_host_run_args podman && n=$(container_nofile) "
+            '&& printf "%s\\n" --ulimit "nofile=$n:$n"',
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    result = podman(
+        "run", "--rm", "--network=none", *limits, cpu_image, "/opt/venv/bin/python", "-c", check, timeout=300
+    )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]"
 
