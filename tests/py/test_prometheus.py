@@ -571,3 +571,42 @@ def test_list_of_a_workspace_whose_only_ray_job_has_no_tsdb_says_so_with_the_rea
         "793-off  off  no TSDB: no cluster-private address (no route): training without observability\n"
     )
     assert "no job with a Prometheus TSDB" in proc.stderr
+
+
+def await_scrape(port, after, timeout):
+    jobkit = REPO / ".venv" / "bin" / "jobkit"
+    args = ["tsdb", "await-scrape", "--port", str(port), "--after", repr(after), "--timeout", str(timeout)]
+    return subprocess.run([str(jobkit), *args], capture_output=True, text=True, timeout=120)
+
+
+def test_await_scrape_returns_once_every_target_was_scraped_after_the_given_time(job, exporter):
+    from jobkit.observe import final_scrape
+
+    port, _err, _pid = start(job, free_port())
+    url = f"http://127.0.0.1:{exporter}/metrics"
+    wait_for(lambda: url in [t["scrapeUrl"] for t in final_scrape.active_targets(port)], 30, "the file_sd target")
+    after = time.time()
+    done = await_scrape(port, after, 60)
+    assert done.returncode == 0, done.stderr
+    # What the job's teardown waits for: each target (the exporter, Prometheus itself) scraped after training ended.
+    targets = final_scrape.active_targets(port)
+    assert url in [t["scrapeUrl"] for t in targets]
+    assert all(t["lastScrape"] > after for t in targets), targets
+
+    # A moment no scrape can follow within the timeout: one line naming the target, exit 1.
+    late = await_scrape(port, time.time() + 3600, 0.3)
+    assert late.returncode == 1
+    assert "no scrape after training ended within 0.3 s: " in late.stderr
+    assert url in late.stderr
+    lib("prometheus_stop", job)
+    gone = await_scrape(port, after, 5)
+    assert gone.returncode == 1 and f"the Prometheus on 127.0.0.1:{port} did not answer" in gone.stderr
+
+
+def test_prometheus_times_parse_to_epoch_seconds():
+    from jobkit.observe.final_scrape import parse_time
+
+    assert parse_time("0001-01-01T00:00:00Z") == 0.0
+    assert parse_time("2026-11-26T11:22:32.123456789Z") == pytest.approx(1795692152.123456)
+    assert parse_time("2026-11-26T12:22:32.5+01:00") == pytest.approx(1795692152.5)
+    assert parse_time("2026-11-26T11:22:32Z") == 1795692152.0

@@ -2,6 +2,7 @@
 
   jobkit tsdb view TSDB [--port P] [--data-range TEXT]
   jobkit tsdb blocks TSDB
+  jobkit tsdb await-scrape --port P --after EPOCH [--timeout S]   (a running job's Prometheus; jobkit.observe.final_scrape)
 
 
 utils/prometheus.sh view resolves what the user typed (job id prefix, job dir, prometheus/ dir) to TSDB and runs
@@ -120,6 +121,24 @@ def blocks(tsdb):
     """One line per block of TSDB: "ULID ok MIN_MS MAX_MS" or "ULID damaged WHY"."""
     for b in tsdb_blocks.blocks(tsdb):
         click.echo(f"{b.name} damaged {b.damage}" if b.damage else f"{b.name} ok {b.min_ms} {b.max_ms}")
+
+
+@group.command("await-scrape")
+@click.option("--port", type=click.IntRange(1, 65535), required=True, help="The job's Prometheus on 127.0.0.1.")
+@click.option(
+    "--after", type=float, required=True, help="Epoch seconds (training's end) every target must be scraped after."
+)
+@click.option(
+    "--timeout", type=click.FloatRange(min=0), default=30.0, show_default=True, help="Seconds to wait at most."
+)
+def await_scrape(port, after, timeout):
+    """Wait until the job's Prometheus has scraped every target once after AFTER (its last seconds land)."""
+    from jobkit.observe import final_scrape
+
+    done, why = final_scrape.await_scrape(port, after, timeout)
+    if not done:
+        _say(why)
+        sys.exit(1)
 
 
 def _serve_until_stopped(server, tsdb, data_range, said_damaged=False):
