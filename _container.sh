@@ -73,7 +73,7 @@ _CONTAINER_ENV_ALLOWLIST=(
   NODELIST_EXPANDED                             # comma-separated hostnames of the job
   RAY RAY_PORT                                  # observability switch and Ray's GCS port
   RAY_DASHBOARD_PORT RAY_METRICS_PORT RAY_JOIN_TRIES RAY_JOIN_DELAY RAY_NODES_TIMEOUT   # RAY=1 knobs,
-  PROMETHEUS_PORT TENSORBOARD TENSORBOARD_PORT EXPORTER_PORT EXPORTER_INTERVAL         # see utils/lib/observability.sh
+  PROMETHEUS_PORT PROMETHEUS_SCRAPE_INTERVAL TENSORBOARD TENSORBOARD_PORT EXPORTER_PORT EXPORTER_INTERVAL  # observability.sh
   CLUSTER_IP SLURM_SUBMIT_HOST                  # this node's address when set by hand; login node for tunnel hints
   RAY_START_TIMEOUT RAY_STOP_GRACE RAY_START_ARGS RAY_BIN RAY_REPORTER_INTERVAL_MS    # Ray node start/stop,
   RAY_DASHBOARD_ENABLE_PROFILING RAY_DASHBOARD_SELF_METRICS_INTERVAL_S               # see utils/lib/ray_cluster.sh

@@ -53,6 +53,18 @@ setup() {
   [ ! -e "$JOB_WORKSPACE/$JOB_DIR/prometheus" ]
 }
 
+@test "a PROMETHEUS_SCRAPE_INTERVAL that is not whole seconds turns the metrics off in one line, before anything starts" {
+  export JOB_WORKSPACE=$BATS_TEST_TMPDIR/ws JOB_DIR=1-x TMPDIR=$BATS_TEST_TMPDIR
+  mkdir -p "$JOB_WORKSPACE/$JOB_DIR"
+  for bad in fast 0 1.5s 2m; do
+    PROMETHEUS_SCRAPE_INTERVAL=$bad run bash -c 'source "$1"; _OBS=([state]=$(mktemp -d) [job_path]=$JOB_WORKSPACE/$JOB_DIR); _obs_start_prometheus' x \
+      "$REPO_DIR/utils/lib/observability.sh"
+    [ "$status" -eq 0 ]
+    [ "$output" = "[observability] metrics are off: PROMETHEUS_SCRAPE_INTERVAL='$bad' is not a number of seconds (e.g. 5s); fix or unset it (training goes on)" ]
+    [ ! -e "$JOB_WORKSPACE/$JOB_DIR/prometheus" ]
+  done
+}
+
 @test "the explicit setup step still installs, as root, through apt-get" {
   [ "$(id -u)" -eq 0 ] || skip "installing needs root"
   # apt-get "installs" a prometheus where Debian's package puts it.

@@ -56,7 +56,9 @@ def ray_job(tmp_path_factory, jax_cache):
         "steps=40",
         RAY="1",
         TENSORBOARD="0",
-        EXPORTER_INTERVAL="2",
+        # A scrape every second: the job, ~10 s with warm caches, keeps enough samples for its rates.
+        EXPORTER_INTERVAL="1",
+        PROMETHEUS_SCRAPE_INTERVAL="1",
         RAY_REPORTER_INTERVAL_MS="2000",
     )
     assert result.returncode == 0, result.stdout[-4000:]

@@ -35,7 +35,9 @@ def jax_cache(tmp_path_factory):
 def ray_env(workspace, jax_cache, **extra):
     settings = dict(
         RAY="1",
-        EXPORTER_INTERVAL="2",
+        # A scrape every second: the job, ~10 s with warm caches, keeps enough samples for a rate.
+        EXPORTER_INTERVAL="1",
+        PROMETHEUS_SCRAPE_INTERVAL="1",
         PROMETHEUS_PORT=str(free_port()),
         RAY_DASHBOARD_PORT=str(free_port()),
         TENSORBOARD_PORT=str(free_port()),

@@ -20,6 +20,7 @@
 #   RAY_METRICS_PORT    first port tried for Ray's metrics export on every node (default 55080)
 #   TENSORBOARD_PORT    first port tried for TensorBoard on 127.0.0.1 (default 6006); TENSORBOARD=0 skips it
 #   PROMETHEUS_PORT     first port tried for Prometheus on 127.0.0.1 (default 9190)
+#   PROMETHEUS_SCRAPE_INTERVAL  seconds between scrapes (default by node count: prometheus_scrape_interval)
 #   EXPORTER_PORT       first port tried for the metrics exporter (default 9500), EXPORTER_INTERVAL (default 10 s)
 #   RAY_JOIN_TRIES / RAY_JOIN_DELAY   a worker's attempts to join the head (default 12, 5 s apart)
 #   RAY_NODES_TIMEOUT   seconds rank 0 waits for all nodes to join (default 120)
@@ -177,14 +178,23 @@ _obs_start_head() {
 }
 
 _obs_start_prometheus() {
-  local port err=${_OBS[state]}/prometheus.err dir=${_OBS[job_path]}
+  local port err=${_OBS[state]}/prometheus.err dir=${_OBS[job_path]} interval
+  # The interval grows with the node count (prometheus_scrape_interval) unless PROMETHEUS_SCRAPE_INTERVAL says.
+  interval=${PROMETHEUS_SCRAPE_INTERVAL:-$(prometheus_scrape_interval "${NNODES:-1}")}
+  [[ $interval =~ ^[0-9]+$ ]] && interval+=s
+  if [[ ! $interval =~ ^[1-9][0-9]*s$ ]]; then
+    _obs_log "metrics are off: PROMETHEUS_SCRAPE_INTERVAL='$PROMETHEUS_SCRAPE_INTERVAL' is not a number of seconds (e.g. 5s); fix or unset it (training goes on)"
+    return 0
+  fi
+  _OBS[prom_interval]=${interval%s}
   # Found, never installed: no apt-get as root on a compute node or in its container at job time (O1).
   if prometheus_find >/dev/null 2>"$err" &&
-    port=$(PROMETHEUS_PORT=${PROMETHEUS_PORT:-9190} prometheus_start "$dir" --nodes "${NNODES:-1}" 2>"$err"); then
+    port=$(PROMETHEUS_PORT=${PROMETHEUS_PORT:-9190} prometheus_start "$dir" --nodes "${NNODES:-1}" \
+      --scrape-interval "$interval" 2>"$err"); then
     _OBS[prom_port]=$port
     renice -n "${_OBS[nice]}" -p "$(<"$dir/prometheus/prometheus.pid")" >/dev/null 2>&1 || true
-    # The interval grows with the node count (prometheus_scrape_interval): say which one this job got.
-    _obs_log "Prometheus on 127.0.0.1:$port, TSDB $dir/prometheus, scraping ${NNODES:-1} node(s) every $(prometheus_scrape_interval "${NNODES:-1}") (by node count: 5s up to 64 nodes, 10s up to 256, 15s above)"
+    # Say which interval this job got.
+    _obs_log "Prometheus on 127.0.0.1:$port, TSDB $dir/prometheus, scraping ${NNODES:-1} node(s) every $interval (${PROMETHEUS_SCRAPE_INTERVAL:+PROMETHEUS_SCRAPE_INTERVAL; }by node count: 5s up to 64 nodes, 10s up to 256, 15s above)"
     _obs_record_backfill &
     _OBS[record_pid]=$!
   else
@@ -329,6 +339,7 @@ _obs_train_rank0() {
     : >"${_OBS[shared]}/fallback"
     _obs_run_plain "$@" && rc=0 || rc=$?
   fi
+  _OBS[train_end]=${EPOCHREALTIME/,/.} # a locale may write a decimal comma
   ((_OBS[cancelled])) && rc=143
   echo "$rc" >"${_OBS[shared]}/done.tmp" && mv -f "${_OBS[shared]}/done.tmp" "${_OBS[shared]}/done"
   return "$rc"
@@ -407,6 +418,13 @@ _obs_backfill_tensorboard() {
 
 _obs_stop_prometheus() {
   [[ -n ${_OBS[prom_port]} ]] || return 0
+  # Training's last seconds reach the TSDB (one more sample of every series, which a short job's rates need):
+  # every target scraped once after training ended, waited for at most two intervals and 5 s. Not after a cancel, whose
+  # grace before Slurm's KILL the rest of the teardown needs.
+  if [[ -n ${_OBS[train_end]:-} ]] && ((!_OBS[cancelled])); then
+    "${_OBS_JOBKIT[@]}" tsdb await-scrape --port "${_OBS[prom_port]}" --after "${_OBS[train_end]}" \
+      --timeout "$((2 * _OBS[prom_interval] + 5))" 2>&1 | sed 's/^/[observability] /'
+  fi
   prometheus_stop "${_OBS[job_path]}" 2>&1 | sed 's/^/[observability] /'
   _obs_backfill_tensorboard
 }
