@@ -15,7 +15,8 @@ backfill run wherever the job's files are (a login node after the job).
   tb_bridge     the `jobkit tb-bridge` group (click only)
   log_steps     steps the job log has that the event files lack, as backfill series
   promserver    a throwaway Prometheus on a TSDB: 127.0.0.1, waited for, stopped by PID
-  tsdb          `jobkit tsdb view`: a finished job's TSDB, browsed
+  tsdb          `jobkit tsdb view`: a finished job's TSDB, browsed; `await-scrape` for a running job's end
+  final_scrape  waits until the job's Prometheus scraped every target after training ended (its last seconds)
   tsdb_dump     a TSDB read without changing it (`promtool tsdb dump`): analyze's series, a hang's window
   hang_tsdb     a hang's window in the TSDB: each host's GPU busy and power, network, CPU and GPU fault
                 counters from the last progress to the HANG (judged by core.hang_metrics)
