@@ -419,8 +419,8 @@ _obs_backfill_tensorboard() {
 _obs_stop_prometheus() {
   [[ -n ${_OBS[prom_port]} ]] || return 0
   # Training's last seconds reach the TSDB (one more sample of every series, which a short job's rates need):
-  # every target scraped once after training ended, waited for at most two intervals and 5 s. Not after a cancel, whose
-  # grace before Slurm's KILL the rest of the teardown needs.
+  # every target scraped once after training ended, waited for at most two intervals and 5 s. Not after a
+  # cancel: the rest of the teardown needs the grace before Slurm's KILL.
   if [[ -n ${_OBS[train_end]:-} ]] && ((!_OBS[cancelled])); then
     "${_OBS_JOBKIT[@]}" tsdb await-scrape --port "${_OBS[prom_port]}" --after "${_OBS[train_end]}" \
       --timeout "$((2 * _OBS[prom_interval] + 5))" 2>&1 | sed 's/^/[observability] /'
