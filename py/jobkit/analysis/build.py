@@ -3,7 +3,7 @@
 Numbered steps, each its own function: 1. read the log and job dir (jobkit.analysis.job); 2. read the TSDB,
 when the job has one, read-only (tsdb_query, else tsdb_dump); 3. per-host resource lines and summaries (hosts); 4. anomalies;
 5. the document, with every key present (null where unknown) and `missing` saying which panels have no data
-and why. The keys are listed in the README's Analysis section; SCHEMA goes up when one changes meaning.
+and why. The keys are listed in docs/analysis.md (analysis.json keys); SCHEMA goes up when one changes meaning.
 """
 
 from __future__ import annotations

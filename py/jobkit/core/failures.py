@@ -11,8 +11,8 @@ timeout that ends in SIGABRT, a GPU fault that ends in a collective error), and 
 the root cause. What Slurm says about the end (time limit, node failure, preemption) comes first, since those
 jobs also end as CANCELLED. Within that entry the host blamed is the one that failed first (absl or NCCL timestamps,
 else log order); the other failing hosts are followers. Only meant for runs already known to have failed;
-the catalogue's `benign:` lines (seen in successful runs) are ignored. README's class table is generated from
-the catalogue (`markdown_table`; tests/py/test_failures.py checks it).
+the catalogue's `benign:` lines (seen in successful runs) are ignored. The class table in docs/diagnosis.md is
+generated from the catalogue (`markdown_table`; tests/py/test_failures.py checks it).
 """
 
 from __future__ import annotations
@@ -311,7 +311,7 @@ def classes() -> list[str]:
 
 
 def markdown_table() -> str:
-    """README's failure-class table, from the catalogue: class, retry, how the host is blamed, its entries."""
+    """docs/diagnosis.md's failure-class table, from the catalogue: class, retry, how a host is blamed, entries."""
     rows = ["| class | retry | blames | catalogue entries (another retry policy in brackets) |", "|---|---|---|---|"]
     by_class: dict[str, list[Signature]] = {}
     for sig in load_catalogue(local=None).signatures:

@@ -412,8 +412,8 @@ ended, or with --dry-run to see what would be decided.
 
 \b
 What is retried is the retry policy of the catalogue entry that `jobkit why`
-matched (configs/failure_signatures.yaml plus a site-local file; README's
-failure-class table lists them):
+matched (configs/failure_signatures.yaml plus a site-local file; the
+failure-class table in docs/diagnosis.md lists them):
   retry               submit again on any nodes
   retry-without-node  submit again, excluding the host the failure blames
   never               not requeued: the line says which entry decided and its advice
