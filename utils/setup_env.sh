@@ -10,6 +10,12 @@
 # image that already provides MaxText (set SKIP_VENV=1, or MaxText importable by the system python) nothing
 # is created.
 #
+# Bytecode: the packages are installed as source, then the modules a first job imports (the list in
+# configs/first_job_modules.txt, recorded by utils/first_job_modules.py) are compiled before the venv is
+# called ready, and the rest of the venv (~3/4 of its ~17,000 modules) in the background at nice 19, logged
+# to <venv>/.bytecode.log; <venv>/.bytecode-complete marks its end, and a later run resumes one that was cut
+# off. Compiling everything first took ~50 s of a 2-core machine's first run.
+#
 #   --tools    the light set for hosts that only read jobs (login nodes, container hosts where training
 #              runs in an image): jobkit with click, pyyaml, numpy, prometheus-client, tensorboard, at the
 #              lock's versions, without MaxText, JAX or Ray (~1/10 of the size). A full venv serves too.
@@ -30,8 +36,10 @@ _PYPROJECT=$_REPO_DIR/py/pyproject.toml
 _UV_VERSION=0.13.9
 # What a venv built by this script holds beyond the lock's packages; part of the stamp, so that a venv built
 # before a change here is refreshed once. "bytecode": every module compiled at install (see _compile_bytecode).
-_LAYOUT=bytecode
+_LAYOUT=bytecode-first-job
 _UV_HOME=$_REPO_DIR/.cache/uv
+_FIRST_MODULES=$_REPO_DIR/configs/first_job_modules.txt
+_COMPLETE=$_VENV_DIR/.bytecode-complete
 # uv ships its own root certificates; sites that reach PyPI through a proxy with its own CA put that CA in the
 # system store, which pip uses. Make uv trust the same store.
 export UV_SYSTEM_CERTS=${UV_SYSTEM_CERTS:-1}
@@ -107,8 +115,10 @@ _install_with_uv() {
     _say "creating $_VENV_DIR with $python ($("$python" -V 2>&1))"
     "$uv" venv --quiet --python "$python" "$_VENV_DIR" || _die "uv could not create a venv with $python; set PYTHON to another interpreter"
   fi
-  # --compile-bytecode: uv, unlike pip, leaves the packages uncompiled (see _compile_bytecode).
-  local -a install=("$uv" pip install --quiet --compile-bytecode --python "$_VENV_DIR/bin/python")
+  # No --compile-bytecode: _compile_bytecode compiles what a first job needs first, the rest in the
+  # background. On a terminal uv shows its own progress; elsewhere (a log) it stays quiet.
+  local -a install=("$uv" pip install --python "$_VENV_DIR/bin/python")
+  [[ -t 2 ]] || install+=(--quiet)
   if [[ $set == full ]]; then
     _say "installing $(grep -c '==' "$_LOCK_FILE") pinned packages with uv"
     "${install[@]}" --no-deps -r "$_LOCK_FILE" || _die "uv pip install from requirements.lock failed (see above); check network access to PyPI and rerun"
@@ -125,7 +135,7 @@ _install_with_pip() {
     _say "creating $_VENV_DIR with $python ($("$python" -V 2>&1))"
     "$python" -m venv "$_VENV_DIR" || _die "could not create a venv with $python; install its venv module (e.g. apt install python3.12-venv)"
   fi
-  local -a pip=("$_VENV_DIR/bin/python" -m pip install --quiet --compile --disable-pip-version-check --no-input)
+  local -a pip=("$_VENV_DIR/bin/python" -m pip install --quiet --no-compile --disable-pip-version-check --no-input)
   # Some machines' pip config names local wheel folders that do not exist; pip warns once per package.
   local filter="^WARNING: Location 'file:"
   if [[ $set == full ]]; then
@@ -141,16 +151,59 @@ _install_with_pip() {
   fi
 }
 
-# Compiles jobkit's own modules (installed editable, so neither installer compiles them) to bytecode, as the
-# installers did the packages. Python writes a module's bytecode on its first import only where it may: not
-# under PYTHONDONTWRITEBYTECODE, nor in a read-only or another user's venv. Without it every process compiles
-# every module it imports, every time: `import ray` takes 1.4 s instead of 0.6 s on a 2-core VM, and a RAY=1
-# node starts about six Python processes that import Ray one after another before training can start.
-# A module edited later is compiled in memory again, as it would be without this.
+# Python writes a module's bytecode on its first import only where it may: not under
+# PYTHONDONTWRITEBYTECODE, nor in a read-only or another user's venv. Without it every process compiles every
+# module it imports, every time: `import ray` takes 1.4 s instead of 0.6 s on a 2-core VM, a RAY=1 node starts
+# about six Python processes that import Ray, and training's imports take twice as long.
+_site_packages() { local d; for d in "$_VENV_DIR"/lib/python3*/site-packages; do [[ -d $d ]] && echo "$d"; done | tail -n 1; }
+
+# _compile_bytecode SET: jobkit's own modules (installed editable, so no installer compiles them), then for a
+# tools venv everything (it is small), for a full one the first job's modules now, split over the cores, and
+# the rest in the background (_compile_rest). A checkout this user may not write still gets its venv.
 _compile_bytecode() {
-  # Only a speed-up: a checkout this user may not write (a shared, read-only one) still gets its venv.
+  local set=$1 site start=$SECONDS
   "$_VENV_DIR/bin/python" -m compileall -q "$_REPO_DIR/py/jobkit" >/dev/null 2>&1 ||
     _say "could not write bytecode under $_REPO_DIR/py/jobkit (read-only?): jobkit's modules are compiled at each start"
+  site=$(_site_packages)
+  [[ -n $site ]] || return 0
+  if [[ $set == tools ]]; then
+    "$_VENV_DIR/bin/python" -m compileall -q -j 0 "$site" >/dev/null 2>&1 && : >"$_COMPLETE"
+    return 0
+  fi
+  if [[ ! -f $_FIRST_MODULES ]]; then
+    _say "no $_FIRST_MODULES (restore it from git): the first job compiles its modules as it imports them"
+    _compile_rest "$site"
+    return 0
+  fi
+  local shards tmp i count
+  shards=$(nproc 2>/dev/null || echo 2)
+  tmp=$(mktemp -d)
+  # Only the listed modules this lock installed (a list recorded against another lock may name more).
+  (cd "$site" && while IFS= read -r rel; do [[ -f $rel ]] && echo "$rel"; done <"$_FIRST_MODULES") >"$tmp/all"
+  count=$(wc -l <"$tmp/all")
+  _say "compiling the $count modules a first job imports ($shards processes)"
+  split -n "r/$shards" "$tmp/all" "$tmp/shard."
+  for i in "$tmp"/shard.*; do
+    (cd "$site" && "$_VENV_DIR/bin/python" -m compileall -q -i "$i" >/dev/null 2>&1) &
+  done
+  wait
+  rm -rf "$tmp"
+  _say "compiled in $((SECONDS - start)) s"
+  _compile_rest "$site"
+}
+
+# _compile_rest SITE: compiles the rest of the venv in the background at the lowest priority, once at a time
+# (the flock), in a session of its own so a Ctrl-C of the job that set the venv up does not stop it; then
+# marks the venv complete. compileall skips the modules already compiled, so a resumed run costs only what is
+# left. It inherits no descriptor of ours (fd 9 is the install lock).
+_compile_rest() {
+  local site=$1 log=$_VENV_DIR/.bytecode.log
+  [[ -e $_COMPLETE ]] && return 0
+  command -v setsid >/dev/null 2>&1 || { _say "no setsid: the rest of the venv is compiled at first import"; return 0; }
+  # shellcheck disable=SC2016  # the inner shell expands its own arguments
+  setsid flock -n "$_VENV_DIR/.bytecode.lock" sh -c 'nice -n 19 "$1" -m compileall -q -j 0 "$2" && : >"$3"' \
+    compile-rest "$_VENV_DIR/bin/python" "$site" "$_COMPLETE" >"$log" 2>&1 </dev/null 9>&- &
+  _say "compiling the rest of the venv in the background (pid $!, nice 19; log $log)"
 }
 
 # MaxText importable by a python3 that is not itself a venv's means we are inside a training image.
@@ -200,7 +253,13 @@ main() {
     python=$(_find_python)
   fi
   digest=$(_digest "$python")
-  if _up_to_date "$set" "$digest"; then exit 0; fi
+  if _up_to_date "$set" "$digest"; then
+    # A background compile that was cut off (a reboot, a kill) is resumed; one still running holds its lock.
+    if ((!check)) && [[ ! -e $_COMPLETE ]] && flock -n "$_VENV_DIR/.bytecode.lock" true 2>/dev/null; then
+      _compile_rest "$(_site_packages)"
+    fi
+    exit 0
+  fi
   ((check)) && exit 1
   # A venv serves the checkout whose py/ it holds editable: installing this one's into it would move every
   # user of that venv's jobkit onto this checkout's code without a word.
@@ -224,9 +283,11 @@ main() {
   else
     _install_with_pip "$python" "$set"
   fi
-  _compile_bytecode
+  _say "installed in $((SECONDS - start)) s"
+  rm -f "$_COMPLETE"
+  _compile_bytecode "$set"
   echo "$set $digest" >"$_STAMP"
-  _say "ready in $((SECONDS - start)) s: $_VENV_DIR ($set)"
+  _say "ready in $((SECONDS - start)) s: $_VENV_DIR ($set, $(du -sh "$_VENV_DIR" 2>/dev/null | cut -f1))"
 }
 
 main "$@"
