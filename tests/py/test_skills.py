@@ -1,14 +1,17 @@
-"""The agent playbooks (skills/**/*.md, AGENTS.md) only use commands and flags that exist.
+"""The agent playbooks (skills/**/*.md, AGENTS.md) and the docs (README.md, docs/*.md) only use commands
+and flags that exist.
 
-Agents copy the fenced shell blocks of a skill and run them, so a renamed flag or a driver that was never
-written turns into a failed job or a confused agent on a real cluster. This file reads every ```bash /
+Agents copy the fenced shell blocks of a skill and run them, and people copy those of the docs, so a renamed
+flag or a driver that was never written turns into a failed job or a confused agent on a real cluster. This
+file reads every ```bash /
 ```sh / ```shell block, splits it into simple commands the way a shell would (line continuations, pipes,
 `&&`, `||`, `;`, `$(...)`, comments, `FOO=1 cmd` assignments, `for ...; do ...; done`), and checks the
 commands that are ours against their real `--help`:
 
 1. Which commands are ours: `jobkit` (also `.venv/bin/jobkit`, `py/bin/jobkit`) and any command written as
    a relative path into the repo (`./submit.sh`, `./run_local.sh`, `utils/<x>.sh`, `bench/<x>.sh`,
-   `tests/run.sh`). Everything else (squeue, scancel, grep, curl, `.venv/bin/python`, ...) is left alone.
+   `tests/run.sh`). Everything else (squeue, scancel, grep, curl, `.venv/bin/python`, ...) is left alone,
+   except a repo-root script written without its `./` (`submit.sh tiny`): it is not on PATH, so it fails.
 2. `jobkit`: the words after it must walk down the click groups (`jobkit sweep batch`); a word that is no
    subcommand of a group fails. Every option (`--foo`, `--foo=v`, `-w`) before a ` -- ` must be listed in
    the Options section of `jobkit <path> --help`.
@@ -23,7 +26,8 @@ Placeholders in angle brackets (`<model>`, `<jobid>`) stand for one word; option
 (`[--serial]`) are stripped. An option value that itself starts with a dash must be attached with `=`
 (`--sbatch-arg=--time=30:00`), or it is read as an option. Each distinct `--help` runs once.
 Besides: every skill has front matter with `name` (= its directory) and a `description`, every skill
-uses at least one project command, skills/README.md links every skill, and relative links resolve.
+uses at least one project command, skills/README.md links every skill, and relative links resolve (in the
+docs too; `mkdocs build --strict`, in tests/py/test_docs.py, also checks the docs' anchors).
 """
 
 from __future__ import annotations
@@ -43,6 +47,8 @@ import yaml
 REPO = Path(__file__).resolve().parents[2]
 SKILLS = REPO / "skills"
 AGENTS = REPO / "AGENTS.md"
+README = REPO / "README.md"
+DOCS = REPO / "docs"
 SHELL_LANGS = {"bash", "sh", "shell"}
 
 # sbatch options a skill may hand to submit.sh before ` -- ` (all documented by sbatch(1)); not the ones
@@ -186,8 +192,19 @@ def strip_prefixes(command: Command) -> Command | None:
     return Command(tuple(words), command.where)
 
 
-def documents() -> list[Path]:
+def playbooks() -> list[Path]:
+    """What agents copy commands from: skills/**/*.md and AGENTS.md."""
     return sorted(SKILLS.rglob("*.md")) + ([AGENTS] if AGENTS.exists() else [])
+
+
+def documents() -> list[Path]:
+    """Every page whose shell blocks someone copies: the playbooks, README.md and each docs/*.md page."""
+    return playbooks() + [p for p in [README, *sorted(DOCS.glob("*.md"))] if p.exists()]
+
+
+def repo_root_scripts() -> set[str]:
+    """The executables at the repo root (submit.sh, run_local.sh, ...): run as ./<name>, never found on PATH."""
+    return {p.name for p in REPO.iterdir() if p.is_file() and p.suffix == ".sh" and os.access(p, os.X_OK)}
 
 
 def commands_of(path: Path) -> list[Command]:
@@ -279,6 +296,8 @@ def problems_of(command: Command) -> list[str]:
         return [f"{command.where}: cannot parse shell line ({rest[0]})"]
     if first in JOBKIT_NAMES:
         return check_jobkit(rest, at)
+    if first in repo_root_scripts():
+        return [f"{at}: write ./{first}: the repo's scripts are not on PATH"]
     if "/" in first and not first.startswith(("/", "~", "$", ".venv/")):
         return check_script(first, rest, at)
     return []
@@ -406,7 +425,7 @@ def bare_hostlist(line: str) -> bool:
     return bool(UNQUOTED_HOSTLIST.search(re.split(r"(?:^|\s)#", unquoted)[0]))
 
 
-@pytest.mark.parametrize("doc", [*documents(), REPO / "README.md"], ids=lambda p: str(p.relative_to(REPO)))
+@pytest.mark.parametrize("doc", documents(), ids=lambda p: str(p.relative_to(REPO)))
 def test_hostlists_in_shell_blocks_are_quoted(doc):
     bare = [
         f"{where}: {line.strip()}"
@@ -477,9 +496,11 @@ def test_the_post_mortem_path_reads_the_job_files_not_the_scheduler():
 
 def test_a_job_id_given_to_tail_jobs_or_analyze_comes_with_its_workspace():
     """`jobkit tail 2` without JOB_WORKSPACE printed another job of outputs/ (issue 23): every skill example
-    that names a job by id (not by a path) passes --workspace, and `jobkit jobs` does too."""
+    that names a job by id (not by a path) passes --workspace, and `jobkit jobs` does too. Only the playbooks:
+    an agent may run in any directory, while the docs are read by people in the checkout, where the default
+    workspace (outputs/) is the one their jobs went to."""
     missing = []
-    for doc in documents():
+    for doc in playbooks():
         for command in commands_of(doc):
             words = _words(command)
             if len(words) < 2 or os.path.basename(words[0]) != "jobkit" or words[1] not in ("tail", "jobs", "analyze"):
@@ -498,6 +519,46 @@ def test_checker_reports_made_up_commands_and_flags():
         assert expected in problems, f"expected {expected!r} in:\n{problems}"
     for not_expected in ("--maxtext-ok", "--after-separator", "--not-checked", "--not-shell", "--serial", "--json"):
         assert f"no option {not_expected}" not in problems, f"{not_expected!r} should not be flagged:\n{problems}"
+
+
+# A docs page as the docs are written: who it is for, then a runnable example. Every line of the block but
+# the first carries one mistake the checker must name, with the page and the line.
+DOCS_SELF_TEST = """# Launching jobs
+
+For engineers who start MaxText jobs.
+
+```bash
+./submit.sh 70b -N 8 -w 'node[1-8]' -- steps=100
+./submit.sh 70b -N 8 --made-up-sbatch -- steps=100
+RAY=1 ./run_local.sh tiny --made-up-local -- steps=5
+jobkit why --made-up-why outputs/<job>.log
+jobkit sweep batch tiny --local --made-up-sweep 3
+MAX_RETRIES=2 submit.sh tiny -N 2
+```
+"""
+
+
+def test_the_docs_are_checked_too():
+    """README.md and every docs/*.md page are among the documents the command check reads."""
+    checked = set(documents())
+    pages = set(DOCS.glob("*.md"))
+    assert len(pages) >= 10, "docs/ lost its pages?"
+    assert pages <= checked and README in checked, sorted(map(str, pages | {README} - checked))
+
+
+def test_checker_catches_a_made_up_flag_in_a_docs_page():
+    problems = problems_in(DOCS_SELF_TEST, "docs/example.md")
+    expected = {
+        "docs/example.md:7": "./submit.sh has no option --made-up-sbatch",
+        "docs/example.md:8": "./run_local.sh has no option --made-up-local",
+        "docs/example.md:9": "`jobkit why` has no option --made-up-why",
+        "docs/example.md:10": "`jobkit sweep batch` has no option --made-up-sweep",
+        "docs/example.md:11": "write ./submit.sh",
+    }
+    for where, message in expected.items():
+        assert any(p.startswith(f"{where}: ") and message in p for p in problems), (where, message, problems)
+    assert not any(p.startswith("docs/example.md:6: ") for p in problems), problems
+    assert len(problems) == len(expected), problems
 
 
 def test_checker_accepts_real_commands():
