@@ -249,7 +249,7 @@ EOC
 }
 
 # prometheus_scrape_interval NODES: prints the exporters' scrape interval for a job of NODES nodes: 5s up to
-# 64 nodes, 10s up to 256, 15s above. Measured (bench/scale/scrape.py, README "Scale"): the job's Prometheus
+# 64 nodes, 10s up to 256, 15s above. Measured (bench/scale/scrape.py, docs/scale.md): the job's Prometheus
 # costs ~5 us of CPU and the TSDB ~3 B per sample, and a node's page is ~320 samples, so at 5s a 512-node job
 # would append 33k samples/s: ~17 % of a core on the first node and ~9 GB of TSDB (plus ~0.8 GB/h of WAL) a
 # day. 10s is the exporter's own cycle (EXPORTER_INTERVAL): a 5s scrape of it stores every value twice; 15s is
