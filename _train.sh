@@ -10,7 +10,8 @@
 # RAY=1 runs training under utils/lib/observability.sh (metrics exporter, Ray, Prometheus, TensorBoard) instead of
 # exec'ing it; training's exit status is kept.
 # Beside training, the hang watchdog (jobkit hang-watchdog; HANG_TIMEOUT, HANG_COMPILE_TIMEOUT,
-# HANG_STEP_FACTOR, HANG_ACTION; HANG_TIMEOUT=off turns it off) follows this rank's steps in the job log.
+# HANG_STEP_FACTOR, HANG_ACTION; HANG_TIMEOUT=off turns it off) follows this rank's steps in the job log; while
+# it runs, training is this script's child rather than exec'd, and the script ends after the watchdog does.
 # LOCAL_WORLD_SIZE=N (>1: a process per device) runs training as N processes on this node through `jobkit procs`
 # (py/jobkit/launch/procs.py: LOCAL_RANK, GLOBAL_RANK, NPROCS; each line behind `[rank<G>]: `).
 # COREDUMP=1 (utils/lib/coredump.sh) raises the core limit, sends cores to <job dir>/cores/ where this node lets
@@ -54,6 +55,8 @@ _output_path() {
 # a value of several lines and the user:password part of a URL as *** (utils/lib/env_mask.sh).
 # shellcheck source=utils/lib/env_mask.sh
 source "$SCRIPT_DIR/utils/lib/env_mask.sh"
+# shellcheck source=utils/lib/process.sh
+source "$SCRIPT_DIR/utils/lib/process.sh"
 
 # _train_shown_value NAME VALUE: VALUE as the record shows it (one of the job's own _env_ overrides is shown).
 _train_shown_value() {
@@ -76,8 +79,10 @@ _record_environment() {
 
 # The hang watchdog (py/jobkit/ops/hang_watchdog.py) follows the job log beside training on every node, and on a
 # hang captures stacks into the job dir's hang/ and stops training. Started before training is exec'd, so it
-# outlives this script; it finds training by JOB_ID and NODE_RANK (each of the LOCAL_WORLD_SIZE processes by its
-# LOCAL_RANK) and ends when training does (with LOCAL_WORLD_SIZE>1, `jobkit procs` waits for it before it exits).
+# is running before training; it finds training by JOB_ID and NODE_RANK (each of the LOCAL_WORLD_SIZE processes by
+# its LOCAL_RANK) and ends on its own when training does (a pidfd wakes it at training's exit).
+# _HANG_WATCHDOG_PID: its pid, empty while none runs.
+_HANG_WATCHDOG_PID=""
 _start_hang_watchdog() {
   if [[ ${HANG_TIMEOUT:-} =~ ^(off|0|false|no)$ ]]; then
     echo "[_train] hang watchdog: off (HANG_TIMEOUT=$HANG_TIMEOUT)"
@@ -85,7 +90,38 @@ _start_hang_watchdog() {
   fi
   "$1" "$SCRIPT_DIR/py/bin/jobkit" hang-watchdog --log "$JOB_WORKSPACE/$JOB_DIR.log" \
     --job-dir "$JOB_WORKSPACE/$JOB_DIR" </dev/null &
-  echo "[_train] hang watchdog: pid $! (HANG_TIMEOUT=${HANG_TIMEOUT:-300} s floor, before step 0 ${HANG_COMPILE_TIMEOUT:-3600} s, x${HANG_STEP_FACTOR:-10} median step, HANG_ACTION=${HANG_ACTION:-cancel})"
+  _HANG_WATCHDOG_PID=$!
+  echo "[_train] hang watchdog: pid $_HANG_WATCHDOG_PID (HANG_TIMEOUT=${HANG_TIMEOUT:-300} s floor, before step 0 ${HANG_COMPILE_TIMEOUT:-3600} s, x${HANG_STEP_FACTOR:-10} median step, HANG_ACTION=${HANG_ACTION:-cancel})"
+}
+
+# _end_hang_watchdog: after training ended, waits for the watchdog's last look (it ends by itself, within a
+# second); one still running 30 s later is stopped by its pid, with a line that says so. Why wait at all: this script's end is the node's, and whatever outlives it is stopped as
+# left behind (`jobkit reap` when native, srun's step cleanup under Slurm), which on a clean run reads as a bug.
+_end_hang_watchdog() {
+  [[ -n $_HANG_WATCHDOG_PID ]] || return 0
+  local pid=$_HANG_WATCHDOG_PID wait_s=30 killer
+  _HANG_WATCHDOG_PID=""
+  killer=$(proc_kill_after "$wait_s" "$pid")
+  proc_wait "$pid" || true  # its status is the watchdog's (3: it stopped a hung training), not the job's
+  if proc_alive "$killer"; then
+    proc_cancel_kill_after "$killer"
+  else
+    echo "[_train] warning: the hang watchdog (pid $pid) was still running ${wait_s} s after training ended; stopped it"
+  fi
+}
+
+# _train_child CMD...: runs training as a child of this shell, which then outlives it. TERM/INT given to this
+# shell (a stop by PID, PID 1 of a container) reach training; returns training's exit status.
+_train_child() {
+  local rc=0
+  # An async command ignores INT and QUIT; the subshell gives training the dispositions exec would have.
+  (trap - INT QUIT; exec "$@") &
+  _TRAIN_PID=$!
+  trap 'kill -TERM "$_TRAIN_PID" 2>/dev/null || true' TERM
+  trap 'kill -INT "$_TRAIN_PID" 2>/dev/null || true' INT
+  proc_wait "$_TRAIN_PID" || rc=$?
+  trap - TERM INT
+  return "$rc"
 }
 
 # A process per device (LOCAL_WORLD_SIZE): `auto` becomes one per GPU this process may use (1 on a CPU node).
@@ -105,17 +141,11 @@ _train_resolve_procs() {
   return 0
 }
 
-# _train_keeping_cores CMD...: runs training as a child, so that this shell outlives it to put core_pattern
-# back and find the core. TERM/INT given to this shell (a stop by PID, PID 1 of a container) reach training.
+# _train_keeping_cores CMD...: runs training as a child (_train_child), so that this shell outlives it to put
+# core_pattern back and find the core.
 _train_keeping_cores() {
   local rc=0
-  # An async command ignores INT and QUIT; the subshell gives training the dispositions exec would have.
-  (trap - INT QUIT; exec "$@") &
-  _TRAIN_PID=$!
-  trap 'kill -TERM "$_TRAIN_PID" 2>/dev/null || true' TERM
-  trap 'kill -INT "$_TRAIN_PID" 2>/dev/null || true' INT
-  proc_wait "$_TRAIN_PID" || rc=$?
-  trap - TERM INT
+  _train_child "$@" || rc=$?
   coredump_restore
   # With `jobkit procs` between, the core is the failed process's (named with its pid), not the supervisor's.
   local pid=$_TRAIN_PID failed_pid _
@@ -263,24 +293,25 @@ main() {
     # core_pattern is the whole machine's: put it back however this script ends.
     trap coredump_restore EXIT
   fi
+  local rc=0
   if [[ ${RAY:-0} =~ ^(1|true|yes)$ ]]; then
     # shellcheck source=utils/lib/observability.sh
     source "$SCRIPT_DIR/utils/lib/observability.sh"
-    local rc=0
     OBS_PYTHON=$(command -v "$python") run_with_observability "${train_cmd[@]}" || rc=$?
     if coredump_enabled; then coredump_restore; coredump_after "$rc"; fi
-    exit "$rc"
-  fi
-  if coredump_enabled; then
-    local rc=0
+  elif coredump_enabled; then
     # jobkit procs says which of its processes failed first (its pid names the core): see _train_keeping_cores
     if (( per_device )); then
       PROCS_EXIT_FILE=$(mktemp "${TMPDIR:-/tmp}/jobkit-procs-exit.XXXXXX") && export PROCS_EXIT_FILE
     fi
     _train_keeping_cores "${train_cmd[@]}" || rc=$?
-    exit "$rc"
+  elif [[ -n $_HANG_WATCHDOG_PID ]]; then
+    _train_child "${train_cmd[@]}" || rc=$?
+  else
+    exec "${train_cmd[@]}"
   fi
-  exec "${train_cmd[@]}"
+  _end_hang_watchdog
+  exit "$rc"
 }
 
 main "$@"

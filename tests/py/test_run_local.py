@@ -87,6 +87,13 @@ def test_tiny_trains_with_header_summary_events_and_tgs_line(workspace, jax_cach
     assert "Status: SUCCESS (exit 0)" in summary
     assert f"Job:    {head['JOB_ID']} (JAX-tiny)" in summary
 
+    # A clean run ends clean: _train.sh waited for the hang watchdog, which ends with training, so the reaper
+    # under run_local.sh found nothing "left behind" (it used to stop the watchdog, a look behind training).
+    watchdog = re.search(r"^\[_train\] hang watchdog: pid (\d+)", text, re.M)
+    assert watchdog, text[-3000:]
+    assert "left behind" not in result.stdout + result.stderr, result.stdout[-3000:]
+    assert "was still running" not in text, "the watchdog ended by itself, it was not stopped"
+
     # The closing verdict: mean Tokens/s/device over steps 5-14, no MFU on a CPU, PASS.
     last = result.stdout.strip().splitlines()[-1]
     m = re.fullmatch(r"tiny 1N \(job (local_\S+)\): ([\d,]+) TGS/device — PASS", last)
