@@ -48,7 +48,9 @@ def jax_cache(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def ray_job(tmp_path_factory, jax_cache):
+def ray_job(tmp_path_factory, jax_cache, prometheus_installed):
+    """RAY=1 with its Prometheus: a fresh machine has none until utils/prometheus.sh install, and without one the
+    job still passes, with metrics off, so every TSDB check below would fail for the wrong reason."""
     ws = tmp_path_factory.mktemp("ws_ray")
     log, result = _run_job(
         ws,
