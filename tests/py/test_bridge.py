@@ -467,7 +467,9 @@ def test_node_resume_runs_only_where_the_site_enabled_it(bridge, tmp_path):
     local.write_text("programs:\n  scontrol:\n    subcommands:\n      update: {enabled: true}\n")
     pol = bpolicy.load(local=local)
     # The server's PATH (the stubs), not this host's: a machine with no Slurm client has no scontrol.
-    ctx = bpolicy.Context(REPO, bridge.ws, REPO, lambda: set(NODES), lambda name: shutil.which(name, path=str(bridge.bin)))
+    ctx = bpolicy.Context(
+        REPO, bridge.ws, REPO, lambda: set(NODES), lambda name: shutil.which(name, path=str(bridge.bin))
+    )
     plan = bpolicy.decide(pol, "scontrol update NodeName=node1 State=RESUME", ctx)
     assert plan.pipelines[0][1][0].argv[1:] == ["update", "NodeName=node1", "State=RESUME"]
     for bad, rule in [("NodeName=node1 State=DRAIN", "node-resume"), ("NodeName=node9 State=RESUME", "node"),
