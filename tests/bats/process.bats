@@ -127,10 +127,12 @@ tree_of() {
   (( SECONDS - t0 <= 1 ))
 }
 
+# The whole tree is stopped, grandchild too: a sleep left running would hold bats' output pipe for its 31 s.
 @test "the toolkit works in a caller that runs with set -euo pipefail" {
   run bash -c "set -euo pipefail; source '$REPO_DIR/utils/lib/process.sh'
-    sleep 30 & p=\$!; bash -c 'sleep 31 & wait' & q=\$!
-    sleep 0.3; proc_tree \$q | wc -l; kill \$p; sleep 0.2; proc_stop 2 \$p \$q; echo stopped"
+    sleep 30 & p=\$!; bash -c 'sleep 31 >/dev/null 2>&1 & wait' & q=\$!
+    sleep 0.3; tree=\$(proc_tree \$q); wc -l <<<\"\$tree\"; kill \$p; sleep 0.2
+    proc_stop 2 \$p \$tree; echo stopped"
   [ "$status" -eq 0 ]
   [ "${lines[0]}" = 2 ]
   [ "${lines[1]}" = stopped ]
