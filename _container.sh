@@ -92,7 +92,7 @@ _CONTAINER_ENV_ALLOWLIST=(
   PASS_ENV                                      # names of variables that cross by name (see _add_pass_env)
   _DEBUG                                        # set -x in the training tier too
 )
-# Deliberately not on the list (tests/bats/container.bats keeps these two lists honest against the README
+# Deliberately not on the list (tests/bats/container.bats keeps these two lists honest against docs/settings.md
 # and the training tier's sources): JOB_WORKSPACE and DATASET_DIR are mounts; CONTAINER_RUNTIME,
 # DOCKER_IMAGE, DOCKER_REGISTRY choose the container; CONTAINER_NOFILE, CONTAINER_PTRACE, CONTAINER_RUN_EXTRA_ARGS
 # and CONTAINER_STOP_TIMEOUT say how it is run; JAX_CACHE_DIR and VENV_DIR are host paths (the cache

@@ -323,12 +323,12 @@ HOST_ONLY+=" JOBKIT_NOTIFY_URLS"                      # the login node's: jobkit
 HOST_ONLY+=" FAILURE_SIGNATURES_FILE"                 # the batch host's and login node's: why, requeue, monitor
 HOST_ONLY+=" BRIDGE_DIR BRIDGE_NODE BRIDGE_POLICY_FILE"   # the host-command bridge: a server on the host, not training
 
-@test "docker run: every training-side setting in the README tables and the training tier's sources crosses" {
+@test "docker run: every training-side setting in docs/settings.md and the training tier's sources crosses" {
   make_sandbox docker
   local -a wanted=() missing=()
   local name
-  mapfile -t wanted < <({ readme_table_vars; training_tier_vars; } | sort -u)
-  (( ${#wanted[@]} > 40 ))   # the README tables and the sources were found and read
+  mapfile -t wanted < <({ settings_table_vars; training_tier_vars; } | sort -u)
+  (( ${#wanted[@]} > 40 ))   # the settings page and the sources were found and read
   for name in "${wanted[@]}"; do
     # JOB_WORKSPACE stays the sandbox's: a relative "v-JOB_WORKSPACE" was made in the caller's directory.
     [[ " $HOST_ONLY " == *" $name "* || $name == JOB_WORKSPACE ]] && continue

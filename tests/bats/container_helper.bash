@@ -107,9 +107,22 @@ allowlist_names() {
     tr -s ' ' '\n' | sed '/^$/d'
 }
 
-# readme_table_vars: every variable named in the first column of a README table (`NAME`, one per line).
-readme_table_vars() {
-  awk -F'|' '/^\|/ { print $2 }' "$REPO_DIR/README.md" | grep -oE '`_?[A-Z][A-Z0-9_]*`' | tr -d '`' | sort -u
+# Sections of docs/settings.md whose settings do not cross into a container from the host's environment, as
+# each section's first lines say: read on the host only (the launchers, the batch script, the engine, preflight,
+# the login node's tools, setup), or set by train_env.sh / read by Prometheus's programs, which a container
+# job takes as _env_NAME=VALUE. A section renamed or added is checked until it is listed here.
+_SETTINGS_HOST_SECTIONS="Stages, stops, time limits and ports|Containers|Defaults train_env.sh sets"
+_SETTINGS_HOST_SECTIONS+="|Preflight and ECC check|Prometheus and promtool|Requeue, monitor and notifications"
+_SETTINGS_HOST_SECTIONS+="|Bridge|Setting up the venv|Local Slurm cluster and benchmarks"
+
+# settings_table_vars: every variable in the first column of a docs/settings.md table (`NAME`, one per line),
+# less the sections above.
+settings_table_vars() {
+  awk -v host_sections="$_SETTINGS_HOST_SECTIONS" '
+    BEGIN { n = split(host_sections, names, "|"); for (i = 1; i <= n; i++) host[names[i]] = 1 }
+    /^## / { section = substr($0, 4); next }
+    /^\|/ && !(section in host) { split($0, cell, "|"); print cell[2] }
+  ' "$REPO_DIR/docs/settings.md" | grep -oE '^ *`_?[A-Z][A-Z0-9_]*` *$' | tr -d '` ' | sort -u
 }
 
 # training_tier_vars: the settings the training tier reads: ${NAME:-...} in its shell sources (less the
