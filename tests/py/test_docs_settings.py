@@ -15,8 +15,8 @@ only UPPER_CASE names that do not start with "_"):
           and the project's readers of one setting: _env_int("NAME", ...), env_uint(env, "NAME", ...),
           _whole(env, "NAME", ...), find_tool(name, given, "NAME"), and a click option's envvar="NAME".
 
-A plain `$NAME` is not a read here (most are the script's own variables); a setting read only that way must be
-added by hand, and tests (a) and (b) say so when a row or ALLOWED disagrees.
+A plain `$NAME` is not a read here (most are the script's own variables), so a setting is read with one of the
+forms above, as every one is today; a row for a setting read otherwise fails test (b) as stale.
 """
 
 from __future__ import annotations
