@@ -102,7 +102,7 @@ _end_hang_watchdog() {
   local pid=$_HANG_WATCHDOG_PID wait_s=30 killer
   _HANG_WATCHDOG_PID=""
   killer=$(proc_kill_after "$wait_s" "$pid")
-  proc_wait "$pid" || true  # its status is the watchdog's (3: it stopped a hung training), not the job's
+  proc_wait "$pid" || true  # its status is the watchdog's (9, EXIT_STOPPED: it stopped a hung training), not the job's
   if proc_alive "$killer"; then
     proc_cancel_kill_after "$killer"
   else
@@ -258,11 +258,11 @@ main() {
   # shellcheck source=utils/lib/coredump.sh
   source "$SCRIPT_DIR/utils/lib/coredump.sh"
   coredump_check || exit 2
-  # Exit 2 is a bad HANG_* setting (the job stops here); anything else means this interpreter cannot run
-  # jobkit (an image without click): training still runs, without the watchdog.
+  # LAUNCH_SETTING_REFUSED_RC is a bad HANG_* setting (the job stops here, exit 2); anything else means this
+  # interpreter cannot run jobkit (an image without click): training still runs, without the watchdog.
   local check=0
   "$python" "$SCRIPT_DIR/py/bin/jobkit" hang-watchdog --check || check=$?
-  if (( check == 2 )); then exit 2; fi
+  if (( check == LAUNCH_SETTING_REFUSED_RC )); then exit 2; fi
   local per_device=0
   _train_resolve_procs || exit 2
   if [[ -n ${LOCAL_WORLD_SIZE:-} && $LOCAL_WORLD_SIZE != 1 ]]; then

@@ -230,7 +230,7 @@ main() {
   # HANG_* settings reach every node's training tier; checked here by the watchdog's own parser.
   local check=0
   "$(proc_jobkit "$SCRIPT_DIR")" hang-watchdog --check || check=$?
-  (( check != 2 )) || exit 2
+  (( check != LAUNCH_SETTING_REFUSED_RC )) || exit 2
   launch_check_procs "$(proc_jobkit "$SCRIPT_DIR")" "${PASSTHROUGH_ARGS[@]}" || exit 2
   # shellcheck source=utils/lib/coredump.sh
   source "$SCRIPT_DIR/utils/lib/coredump.sh"

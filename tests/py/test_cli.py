@@ -11,6 +11,7 @@ from conftest import FIXTURES, JOBKIT_LOGS, REPO, TOOLS
 
 from jobkit import cli
 from jobkit.core import failures
+from jobkit.core.errors import EXIT_NO_STEPS, EXIT_NOT_A_LOG
 from jobkit.launch import peaks
 
 MFU_LOG = str(JOBKIT_LOGS / "launch-tiny-20steps-mfu.log")
@@ -112,7 +113,7 @@ def test_node_count_that_is_not_a_number(tmp_path):
     log = tmp_path / "bad.log"
     log.write_text(open(MFU_LOG).read().replace("NNODES=1\n", "NNODES=abc\n"))
     r = run("tgs", str(log))
-    assert r.exit_code == 3
+    assert r.exit_code == EXIT_NOT_A_LOG
     assert "header line NNODES='abc' is not a number of nodes" in r.stderr and r.stderr.count("\n") == 1
     assert "no NNODES= header" not in r.stderr
 
@@ -134,13 +135,13 @@ def test_non_finite_steps_are_reported_not_a_traceback(tmp_path):
 
 def test_no_nnodes_header():
     r = run("tgs", str(FIXTURES / "logs" / "maxtext-cpu-tiny-20steps.log"))
-    assert r.exit_code == 3  # tgs's own code for a file that is not a job log (its --help)
+    assert r.exit_code == EXIT_NOT_A_LOG  # tgs's own code for a file that is not a job log (its --help)
     assert "not a job log (no KEY=VALUE header with JOB_ID and NNODES)" in r.stderr and r.stderr.count("\n") == 1
 
 
 def test_no_step_lines():
     r = run("tgs", BAD_KEY_LOG)
-    assert r.exit_code == 2
+    assert r.exit_code == EXIT_NO_STEPS
     assert "no 'completed step' lines" in r.stderr and r.stderr.count("\n") == 1
 
 

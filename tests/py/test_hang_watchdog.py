@@ -18,6 +18,7 @@ from job_observation import TRAINING_CMDLINE, header, live_processes_of
 from launch_env import launcher_env
 from slurm_cluster import job_env, local_cluster, submit_job  # noqa: F401  (local_cluster: the session fixture)
 
+from jobkit.core.errors import EXIT_ANSWER_NO, EXIT_SETTINGS, EXIT_STOPPED
 from jobkit.ops import hang_watchdog as hw
 
 REPO = Path(__file__).resolve().parents[2]
@@ -59,7 +60,7 @@ def test_bad_settings_are_one_line_errors(env, message):
 def test_nan_and_inf_settings_are_refused_by_the_check(name, raw):
     """nan passed `value <= 0`: HANG_STEP_FACTOR=nan made every limit the floor, silently (audit rl4)."""
     result = CliRunner().invoke(hw.command, ["--check"], env={name: raw})
-    assert result.exit_code == 2, result.output
+    assert result.exit_code == EXIT_SETTINGS, result.output
     assert f"{name}={raw} is not a positive number" in result.output
     assert len(result.output.strip().splitlines()) == 1
 
@@ -137,7 +138,7 @@ def test_a_silent_training_process_is_declared_hung_its_stacks_captured_and_it_i
         t0 = time.monotonic()
         dog, rc = run_watchdog(tmp_path, job_id, hw.Settings(floor=1.0, compile_allowance=60, factor=5), steps)
         took = time.monotonic() - t0
-        assert rc == 3
+        assert rc == EXIT_STOPPED
         assert proc.wait(timeout=15) == -signal.SIGTERM
     finally:
         if proc.poll() is None:
@@ -191,7 +192,7 @@ def test_a_marker_from_another_node_makes_this_node_capture_its_stacks_at_once(t
         # This node's own limit is far away (an hour): only the peer's marker can make it act.
         settings = hw.Settings(floor=3600, compile_allowance=3600, factor=10)
         dog, rc = run_watchdog(tmp_path, job_id, settings, ["completed step: 3, seconds: 0.1, loss: 8\n"], nnodes=2)
-        assert rc == 3 and not dog.declared
+        assert rc == EXIT_STOPPED and not dog.declared
         assert proc.wait(timeout=15) == -signal.SIGTERM
     finally:
         if proc.poll() is None:
@@ -302,10 +303,10 @@ def test_marker_cli_prints_only_this_jobs_own_marker(tmp_path, monkeypatch):
     job = tmp_path / "job"
     job.mkdir()
     run = CliRunner().invoke
-    assert run(hw.command, ["--marker", "--job-dir", str(job)]).exit_code == 1, "no marker: no hang"
+    assert run(hw.command, ["--marker", "--job-dir", str(job)]).exit_code == EXIT_ANSWER_NO, "no marker: no hang"
     plant("teammate's hang dir", job, job_id)
     got = run(hw.command, ["--marker", "--job-dir", str(job)])
-    assert got.exit_code == 1 and got.stdout == ""
+    assert got.exit_code == EXIT_ANSWER_NO and got.stdout == ""
     assert f"[hang] ignored {job / 'hang'} belongs to uid {TEAMMATE}" in got.stderr
     shutil.rmtree(job / "hang")
     (job / "hang").mkdir()

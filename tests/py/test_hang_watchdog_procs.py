@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from launch_env import launcher_env
 
+from jobkit.core.errors import EXIT_STOPPED
 from jobkit.launch import procs
 from jobkit.ops import hang_watchdog as hw
 
@@ -101,7 +102,7 @@ def test_a_hang_takes_every_process_stacks_into_its_own_file_and_stops_them_all(
         (tmp_path / "job").mkdir()
         settings = hw.Settings(floor=1.0, compile_allowance=60, factor=5)
         dog = hw.Watchdog(settings, log, tmp_path / "job" / "hang", job_id, "0", 1, "hostA", 0.2, per_node=2)
-        assert dog.run() == 3
+        assert dog.run() == EXIT_STOPPED
         assert [p.wait(timeout=15) for p in started] == [-signal.SIGTERM, -signal.SIGTERM], "both stopped"
     finally:
         stop(*started)

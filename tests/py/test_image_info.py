@@ -11,6 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from jobkit.cli import main
+from jobkit.core.errors import EXIT_SETUP
 from jobkit.image import info as image_info
 from jobkit.image import probe as image_probe
 
@@ -149,7 +150,7 @@ def test_an_image_the_engine_does_not_have_is_one_line_exit_1(tool_path):
 
 def test_no_engine_and_a_missing_tarball(tool_path, tmp_path):
     result = CliRunner().invoke(main, ["image-info", "x:1"])
-    assert result.exit_code == 3
+    assert result.exit_code == EXIT_SETUP
     assert "no container engine answers" in result.output
     tool_path("podman")
     result = CliRunner().invoke(main, ["image-info", "--engine", "podman", str(tmp_path / "gone.tar")])

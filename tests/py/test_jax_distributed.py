@@ -11,6 +11,7 @@ from click.testing import CliRunner
 from conftest import PY_DIR, REPO
 
 from jobkit.core import hang_settings
+from jobkit.core.errors import EXIT_SETTINGS
 from jobkit.launch import entry as launch
 from jobkit.launch import jax_distributed as jd
 from jobkit.ops import hang_watchdog
@@ -49,10 +50,10 @@ def test_bad_heartbeat_setting_is_one_line(value):
     assert "JAX_HEARTBEAT_TIMEOUT=3730" in message
 
 
-def test_hang_watchdog_check_refuses_a_bad_heartbeat_with_exit_2(monkeypatch):
+def test_hang_watchdog_check_refuses_a_bad_heartbeat_as_a_refused_setting(monkeypatch):
     monkeypatch.setenv("JAX_HEARTBEAT_TIMEOUT", "soon")
     result = CliRunner().invoke(hang_watchdog.command, ["--check"])
-    assert result.exit_code == 2
+    assert result.exit_code == EXIT_SETTINGS
     assert "JAX_HEARTBEAT_TIMEOUT=soon is not a whole number of seconds" in result.output
     monkeypatch.setenv("JAX_HEARTBEAT_TIMEOUT", "600")
     assert CliRunner().invoke(hang_watchdog.command, ["--check"]).exit_code == 0
@@ -127,7 +128,7 @@ def test_launch_refuses_bad_settings_in_one_line_before_anything(change, message
     started = []
     monkeypatch.setattr(jd, "start", started.append)
     monkeypatch.setattr(launch, "find_train_module", lambda: pytest.fail("MaxText imported before the check"))
-    assert launch.main([str(CONFIG)]) == 2
+    assert launch.main([str(CONFIG)]) == EXIT_SETTINGS
     out, err = capsys.readouterr()
     assert out == "" and started == []
     assert err.startswith(f"jobkit.launch: {message}") and err.count("\n") == 1, err

@@ -13,6 +13,7 @@ import pytest
 from conftest import PY_DIR, REPO
 
 from jobkit.core import failures, logparse, tgs, verdict
+from jobkit.core.errors import EXIT_SETUP, EXIT_USAGE
 from jobkit.launch import entry as launch
 from jobkit.launch import tb_redact
 
@@ -162,7 +163,7 @@ def test_run_train_exit_codes(tmp_path, monkeypatch, capsys, name, raise_stmt, r
 def test_missing_maxtext_is_one_clear_line(monkeypatch, capsys, clean_env):
     monkeypatch.setenv("JAX_PLATFORMS", "cpu")
     monkeypatch.setattr(launch, "TRAIN_MODULES", ("no_such_pkg_jk.train", "NoSuchMaxText_jk.train"))
-    assert launch.main(["configs/tiny.yml"]) == 2
+    assert launch.main(["configs/tiny.yml"]) == EXIT_SETUP
     out, err = capsys.readouterr()
     assert out.startswith("[MFU] not reported: CPU backend")
     assert err == (
@@ -186,7 +187,7 @@ def test_module_without_main_is_rejected(tmp_path, monkeypatch):
 
 
 def test_usage(capsys):
-    assert launch.main([]) == 2
+    assert launch.main([]) == EXIT_USAGE
     assert "usage: jobkit launch <config.yml>" in capsys.readouterr().err
 
 
@@ -200,7 +201,7 @@ def test_launch_command_help_and_missing_config():
     assert shown.output.startswith("usage: jobkit launch <config.yml> [key=value ...]")
     assert "os._exit" in shown.output  # the docstring's description of the fast exit
     bare = CliRunner().invoke(main, ["launch"])
-    assert bare.exit_code == 2
+    assert bare.exit_code == EXIT_USAGE
 
 
 def test_exit_code_mapping(capsys):

@@ -15,6 +15,7 @@ from webhook import Receiver
 
 from jobkit.cli import main
 from jobkit.core import procfs
+from jobkit.core.errors import EXIT_BAD_INPUT, EXIT_SETTINGS, EXIT_USAGE
 from jobkit.ops import monitor
 
 REPO = Path(__file__).resolve().parents[2]
@@ -337,17 +338,17 @@ def test_a_malformed_url_does_not_stop_the_monitor(env, monkeypatch):
 
 
 @pytest.mark.parametrize(
-    ("args", "setup", "message"),
+    ("args", "setup", "message", "code"),
     [
-        (["tiny-job"], None, "'tiny-job' is not a job id"),
+        (["tiny-job"], None, "'tiny-job' is not a job id", EXIT_USAGE),
         # bad-input mon25: no Slurm job id has 23 digits (they are 32-bit); it was followed without a word
-        (["99999999999999999999999"], None, "'99999999999999999999999' is not a job id"),
-        (["4294967296"], None, "'4294967296' is not a job id"),
-        (["500"], "corrupt", "cannot be read"),
-        (["500"], "shared-config", "readable or writable by others"),
+        (["99999999999999999999999"], None, "'99999999999999999999999' is not a job id", EXIT_USAGE),
+        (["4294967296"], None, "'4294967296' is not a job id", EXIT_USAGE),
+        (["500"], "corrupt", "cannot be read", EXIT_BAD_INPUT),
+        (["500"], "shared-config", "readable or writable by others", EXIT_SETTINGS),
     ],
 )
-def test_bad_input_is_one_line(env, args, setup, message):
+def test_bad_input_is_one_line(env, args, setup, message, code):
     ws, _ = env
     if setup == "corrupt":
         (ws / ".monitor").mkdir()
@@ -358,7 +359,7 @@ def test_bad_input_is_one_line(env, args, setup, message):
         conf.write_text("json://127.0.0.1:9/x\n")
         conf.chmod(0o644)
     result = CliRunner().invoke(main, ["monitor", "--once", *args])
-    assert result.exit_code == 2
+    assert result.exit_code == code
     assert message in result.output
     assert len(result.output.strip().splitlines()) == 1
     if setup == "corrupt":
@@ -386,7 +387,7 @@ def test_a_state_file_the_monitor_did_not_write_is_one_line(env, tmp_path, conte
     state = tmp_path / "badstate.json"
     state.write_bytes(content)
     result = CliRunner().invoke(main, ["monitor", "--once", "--no-notify", "--state", str(state), "500"])
-    assert result.exit_code == 2
+    assert result.exit_code == EXIT_BAD_INPUT
     assert result.output.startswith(f"jobkit monitor: state file {state} cannot be read ({problem}")
     assert result.output.endswith("); move it away to start afresh\n") and result.output.count("\n") == 1
     assert state.read_bytes() == content, "the user's file is left as it was"
@@ -395,7 +396,7 @@ def test_a_state_file_the_monitor_did_not_write_is_one_line(env, tmp_path, conte
 def test_once_and_daemon_together_are_refused(env, tmp_path):
     state = tmp_path / "m" / "state.json"
     result = CliRunner().invoke(main, ["monitor", "--once", "--daemon", "--no-notify", "--state", str(state)])
-    assert result.exit_code == 2
+    assert result.exit_code == EXIT_USAGE
     assert result.output == (
         "jobkit monitor: --once polls once in the foreground (for cron), --daemon keeps polling in the background; "
         "give one of them\n"
@@ -431,7 +432,7 @@ def test_state_is_never_written_through_a_planted_link(env, tmp_path):
     assert "700" in json.loads(state.read_text())["jobs"]
     state.with_name("state.log").symlink_to(victim)
     result = CliRunner().invoke(main, ["monitor", "--daemon", "--no-notify", "700"])
-    assert result.exit_code == 2 and victim.read_text() == "mine\n"
+    assert result.exit_code == EXIT_BAD_INPUT and victim.read_text() == "mine\n"
     assert result.output.strip() == (
         f"jobkit monitor: cannot append to {state.with_name('state.log')} (Too many levels of symbolic links); "
         "remove it if it is a link"

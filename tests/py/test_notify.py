@@ -7,6 +7,7 @@ from click.testing import CliRunner
 from webhook import Receiver
 
 from jobkit.cli import main
+from jobkit.core.errors import EXIT_ACTION_FAILED, EXIT_SETTINGS
 from jobkit.ops import notify
 
 
@@ -68,7 +69,7 @@ def test_config_readable_by_others_is_refused_and_nothing_sent(clean_env, monkey
         monkeypatch.setenv(notify.ENV_CONFIG, str(conf))
         result = run("secret")
         assert hook.posts == []
-    assert result.exit_code == 2
+    assert result.exit_code == EXIT_SETTINGS
     assert f"{conf} is readable or writable by others (mode {mode:03o})" in result.output
     assert f"chmod 600 {conf}" in result.output
     assert oct(os.stat(conf).st_mode & 0o777) == oct(mode)  # reported, never changed behind the user's back
@@ -76,7 +77,7 @@ def test_config_readable_by_others_is_refused_and_nothing_sent(clean_env, monkey
 
 def test_no_targets_names_every_place_to_put_them(clean_env):
     result = run("hi")
-    assert result.exit_code == 2
+    assert result.exit_code == EXIT_SETTINGS
     assert str(clean_env / "config" / "jobkit" / "notify.conf") in result.output
     assert "$JOBKIT_NOTIFY_URLS" in result.output and "--url" in result.output
 
@@ -88,7 +89,7 @@ def test_a_binary_config_file_is_one_line(clean_env, content):
     conf.write_bytes(content)
     conf.chmod(0o600)
     result = run("hi")
-    assert result.exit_code == 2
+    assert result.exit_code == EXIT_SETTINGS
     assert result.output == (
         f"jobkit notify: {conf} is not a text file of apprise URLs; put one URL per line in it (or move it away)\n"
     )
@@ -98,7 +99,7 @@ def test_a_directory_where_the_config_file_goes_is_called_a_directory(clean_env)
     conf = clean_env / "config" / "jobkit" / "notify.conf"
     conf.mkdir(parents=True)
     result = run("hi")
-    assert result.exit_code == 2
+    assert result.exit_code == EXIT_SETTINGS
     assert result.output == (
         f"jobkit notify: {conf} is a directory, not a file of apprise URLs; move it away and put the URLs in a "
         "file of that name (chmod 600), or set $JOBKIT_NOTIFY_CONFIG\n"
@@ -107,7 +108,7 @@ def test_a_directory_where_the_config_file_goes_is_called_a_directory(clean_env)
 
 def test_malformed_url_is_a_config_error(clean_env):
     result = run("hi", "--url", "not a url")
-    assert result.exit_code == 2
+    assert result.exit_code == EXIT_SETTINGS
     assert "not a URL apprise knows" in result.output
 
 
@@ -118,7 +119,7 @@ def test_unreachable_and_failing_targets_each_get_one_line(clean_env):
             dead = gone.url
         result = run("hi", "--url", dead, "--url", broken.url, "--url", good.url)
         assert good.wait(1)[0]["message"] == "hi"
-    assert result.exit_code == 1
+    assert result.exit_code == EXIT_ACTION_FAILED
     lines = [line for line in result.output.splitlines() if "not delivered" in line]
     assert len(lines) == 2, result.output
     assert "Connection error" in lines[0]
@@ -127,7 +128,7 @@ def test_unreachable_and_failing_targets_each_get_one_line(clean_env):
 
 def test_secrets_in_urls_never_reach_the_messages(clean_env):
     result = run("hi", "--url", "json://user:s3cret@127.0.0.1:9/token123")
-    assert result.exit_code == 1
+    assert result.exit_code == EXIT_ACTION_FAILED
     assert "s3cret" not in result.output and "token123" not in result.output
     assert "json:// #1: not delivered" in result.output
     assert "127.0.0.1" not in result.output  # the host is no business of the message either
@@ -149,7 +150,7 @@ def test_apprises_log_records_never_reach_the_processs_other_handlers(clean_env)
     finally:
         root.removeHandler(handler)
         root.setLevel(old_level)
-    assert result.exit_code == 1
+    assert result.exit_code == EXIT_ACTION_FAILED
     assert "s3cret" not in seen.getvalue() and "token123" not in seen.getvalue(), seen.getvalue()
 
 

@@ -19,6 +19,7 @@ import pytest
 from click.testing import CliRunner
 
 from jobkit.cli import main as jobkit_main
+from jobkit.core.errors import EXIT_SETTINGS, EXIT_USAGE
 from jobkit.launch import procs
 
 REPO = Path(__file__).resolve().parents[2]
@@ -48,9 +49,9 @@ def test_a_bad_layout_is_one_line_naming_the_setting_and_the_fix(env, named):
     assert re.search(r"; (set (a whole number )?1\.\.64|start training through submit\.sh)", message), message
 
 
-def test_the_cli_check_refuses_a_bad_value_in_one_line_with_exit_2():
+def test_the_cli_check_refuses_a_bad_value_in_one_line_as_a_refused_setting():
     result = CliRunner().invoke(jobkit_main, ["procs", "--check"], env={"LOCAL_WORLD_SIZE": "abc"})
-    assert result.exit_code == 2
+    assert result.exit_code == EXIT_SETTINGS
     assert result.output.count("\n") == 1 and "LOCAL_WORLD_SIZE=abc is not a whole number" in result.output
 
 
@@ -62,7 +63,7 @@ def test_the_cli_check_prints_the_layout_and_no_command_is_refused():
         r"\[procs\] 2 processes on node 1 \(\S+\): global ranks 2-3 of NPROCS=4 \(LOCAL_WORLD_SIZE=2\)\n", result.output
     )
     result = CliRunner().invoke(jobkit_main, ["procs"], env=env)
-    assert result.exit_code == 2 and "no command given" in result.output
+    assert result.exit_code == EXIT_USAGE and "no command given" in result.output
 
 
 def test_unset_is_one_process_per_node_and_the_ranks_come_from_the_tiers():

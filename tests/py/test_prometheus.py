@@ -20,6 +20,8 @@ from pathlib import Path
 import pytest
 from prom_query import View, api, free_port, pid_alive, wait_for
 
+from jobkit.core.errors import EXIT_ANSWER_NO
+
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "utils" / "prometheus.sh"
 LIB = REPO / "utils" / "lib" / "prometheus.sh"
@@ -593,14 +595,14 @@ def test_await_scrape_returns_once_every_target_was_scraped_after_the_given_time
     assert url in [t["scrapeUrl"] for t in targets]
     assert all(t["lastScrape"] > after for t in targets), targets
 
-    # A moment no scrape can follow within the timeout: one line naming the target, exit 1.
+    # A moment no scrape can follow within the timeout: one line naming the target, and the answer is no.
     late = await_scrape(port, time.time() + 3600, 0.3)
-    assert late.returncode == 1
+    assert late.returncode == EXIT_ANSWER_NO
     assert "no scrape after training ended within 0.3 s: " in late.stderr
     assert url in late.stderr
     lib("prometheus_stop", job)
     gone = await_scrape(port, after, 5)
-    assert gone.returncode == 1 and f"the Prometheus on 127.0.0.1:{port} did not answer" in gone.stderr
+    assert gone.returncode == EXIT_ANSWER_NO and f"the Prometheus on 127.0.0.1:{port} did not answer" in gone.stderr
 
 
 def test_prometheus_times_parse_to_epoch_seconds():

@@ -12,6 +12,7 @@ from click.testing import CliRunner
 
 from jobkit.cli import main
 from jobkit.core import logparse
+from jobkit.core.errors import EXIT_ACTION_FAILED, EXIT_ANSWER_NO, EXIT_SETTINGS
 from jobkit.ops import hang_watchdog, requeue
 
 HEADER = "JOB_ID=500\nJOB_NAME=tiny\nNNODES=2\nJOB_NODELIST=node[1-2]\nMODEL_NAME=tiny\n"
@@ -391,7 +392,7 @@ def test_a_failed_submission_is_one_line_and_recorded(tmp_path, job_dir):
     snap = fake_snapshot(tmp_path, "submit.sh: sbatch refused the job: bad partition\\n", rc=1)
     env = {"MAX_RETRIES": "1", "MAXTEXT_LAUNCHER_DIR": str(snap), "SUBMIT_ARGV": "tiny -N 2", "PATH": "/usr/bin:/bin"}
     result = CliRunner(env=env).invoke(main, ["requeue", str(log)], env=env)
-    assert result.exit_code == 1
+    assert result.exit_code == EXIT_ACTION_FAILED
     assert (
         result.output.strip()
         == "== REQUEUE FAILED: submit.sh failed (exit 1): submit.sh: sbatch refused the job: bad partition =="
@@ -407,7 +408,7 @@ def test_a_requeue_that_submitted_nothing_does_not_block_a_later_one_but_a_submi
     log.write_text(job_log(HANG_LINE, "HANG", 143))
     bad = fake_snapshot(tmp_path, "submit.sh: sbatch refused the job: bad partition\\n", rc=1)
     env = {"MAX_RETRIES": "2", "MAXTEXT_LAUNCHER_DIR": str(bad), "SUBMIT_ARGV": "tiny -N 2", "PATH": "/usr/bin:/bin"}
-    assert CliRunner().invoke(main, ["requeue", str(log)], env=env).exit_code == 1
+    assert CliRunner().invoke(main, ["requeue", str(log)], env=env).exit_code == EXIT_ACTION_FAILED
     dry = CliRunner().invoke(main, ["requeue", "--dry-run", str(log)], env=env)
     assert dry.exit_code == 0, dry.output
     assert dry.output.startswith("== would requeue: hang: training as attempt 2 of 3, excluding no hosts (again: ")
@@ -418,7 +419,7 @@ def test_a_requeue_that_submitted_nothing_does_not_block_a_later_one_but_a_submi
     assert done.exit_code == 0 and done.output.startswith("== REQUEUED as job 501 (attempt 2 of 3)"), done.output
     # At most once still holds for the one that was submitted.
     again = CliRunner().invoke(main, ["requeue", str(log)], env={**env, "MAXTEXT_LAUNCHER_DIR": str(good)})
-    assert again.exit_code == 3 and "already requeued as job 501" in again.output
+    assert again.exit_code == EXIT_ANSWER_NO and "already requeued as job 501" in again.output
 
 
 def test_a_submit_that_may_have_reached_slurm_keeps_its_claim(tmp_path, job_dir):
@@ -427,10 +428,10 @@ def test_a_submit_that_may_have_reached_slurm_keeps_its_claim(tmp_path, job_dir)
     # sbatch took the job; submit.sh failed after (its answer could not be read): another submit could double it.
     snap = fake_snapshot(tmp_path, "submit.sh: could not read a job id from sbatch answer: x\\n", rc=1)
     env = {"MAX_RETRIES": "2", "MAXTEXT_LAUNCHER_DIR": str(snap), "SUBMIT_ARGV": "tiny -N 2", "PATH": "/usr/bin:/bin"}
-    assert CliRunner().invoke(main, ["requeue", str(log)], env=env).exit_code == 1
+    assert CliRunner().invoke(main, ["requeue", str(log)], env=env).exit_code == EXIT_ACTION_FAILED
     (tmp_path / "argv").unlink()
     later = CliRunner().invoke(main, ["requeue", str(log)], env=env)
-    assert later.exit_code == 3 and "a requeue was claimed and may have reached Slurm" in later.output
+    assert later.exit_code == EXIT_ANSWER_NO and "a requeue was claimed and may have reached Slurm" in later.output
     assert "RETRY_OF=500, move " in later.output and not (tmp_path / "argv").exists()
 
 
@@ -440,9 +441,11 @@ def test_checks_that_need_no_claim_come_first_and_leave_nothing(tmp_path, job_di
     log.write_text(job_log(HANG_LINE, "HANG", 143))
     for env in ({"MAX_RETRIES": "2"}, {"MAX_RETRIES": "2", "MAXTEXT_LAUNCHER_DIR": str(tmp_path), "SUBMIT_ARGV": "x"}):
         result = CliRunner().invoke(main, ["requeue", str(log)], env=env)
-        assert result.exit_code == 1 and result.output.startswith("== REQUEUE FAILED: no snapshot with submit.sh")
+        assert result.exit_code == EXIT_ACTION_FAILED and result.output.startswith(
+            "== REQUEUE FAILED: no snapshot with submit.sh"
+        )
         dry = CliRunner().invoke(main, ["requeue", "--dry-run", str(log)], env=env)
-        assert dry.exit_code == 1
+        assert dry.exit_code == EXIT_ACTION_FAILED
         assert (
             dry.output.startswith("== REQUEUE WOULD FAIL: no snapshot with submit.sh")
             and "(decided: hang" in dry.output
@@ -466,7 +469,7 @@ def test_dry_run_and_not_retried_exit_codes(tmp_path, job_dir):
     assert "; advice: progress stopped" in dry.output
     assert not (tmp_path / "500-tiny" / "requeue.json").exists()
     off = CliRunner().invoke(main, ["requeue", str(log)], env={"MAX_RETRIES": "0"})
-    assert off.exit_code == 3
+    assert off.exit_code == EXIT_ANSWER_NO
     assert "retries used up (0 allowed, this was attempt 1)" in off.output
 
 
@@ -510,7 +513,7 @@ def test_dry_run_on_a_job_already_requeued_names_the_next_job_the_rule_and_the_e
     claim = ws / "500-tiny" / "requeue.json"
     before = claim.read_bytes()
     dry = CliRunner().invoke(main, ["requeue", "--dry-run", str(log)], env={"MAX_RETRIES": "2"})
-    assert dry.exit_code == 3
+    assert dry.exit_code == EXIT_ANSWER_NO
     assert dry.output == (
         f"== not requeued: already requeued as job 501, excluding node2 (see {claim}); "
         "a job is requeued at most once ==\n"
@@ -522,7 +525,7 @@ def test_dry_run_on_a_job_already_requeued_names_the_next_job_the_rule_and_the_e
     assert f"move {claim} away to requeue again, excluding no hosts" in dry.output
     claim.write_bytes(b"\x00\xff garbage")
     dry = CliRunner().invoke(main, ["requeue", "--dry-run", str(log)], env={"MAX_RETRIES": "2"})
-    assert dry.exit_code == 3 and len(dry.output.splitlines()) == 1
+    assert dry.exit_code == EXIT_ANSWER_NO and len(dry.output.splitlines()) == 1
     assert f"already requeued ({claim} cannot be read: " in dry.output and "\x00" not in dry.output
 
 
@@ -536,7 +539,7 @@ def test_a_bad_max_retries_is_refused_not_read_as_a_number(tmp_path, job_dir, ra
     result = CliRunner().invoke(
         main, ["requeue", *(["--dry-run"] if dry_run else []), str(log)], env={"MAX_RETRIES": raw}
     )
-    assert result.exit_code == 1, result.output
+    assert result.exit_code == EXIT_SETTINGS, result.output
     assert result.output.strip() == (
         f"== REQUEUE FAILED: MAX_RETRIES={raw!r} is not a whole number of 1 to 9 digits;"
         " set it to one (e.g. MAX_RETRIES=0) or unset it =="

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from sweep_fakes import failing, hanging, invoke, oom, passing
 
+from jobkit.core.errors import EXIT_STOPPED
 from jobkit.launch import gpu
 from jobkit.sweep import batch, common, config_edit, memory
 
@@ -377,7 +378,7 @@ def test_resume_replays_the_probes_and_reruns_nothing_finished(monkeypatch, tmp_
         return fine(point, nodes, attempt)
 
     result, runner = invoke(monkeypatch, tmp_path, args, refuse_20)
-    assert result.exit_code == 3, result.output
+    assert result.exit_code == EXIT_STOPPED, result.output
     assert tried(runner) == ["16", "24"]
     result, runner = invoke(monkeypatch, tmp_path, ["resume", "b1"], fine)
     assert result.exit_code == 0, result.output
@@ -406,7 +407,7 @@ def interrupted_sweep(monkeypatch, tmp_path, sweep_id="b1"):
 
     args = ["batch", "--id", sweep_id, "--local", "tiny", "--device-memory", "0.005"]
     result, _ = invoke(monkeypatch, tmp_path, args, refuse_20)
-    assert result.exit_code == 3, result.output
+    assert result.exit_code == EXIT_STOPPED, result.output
     return sweep_dir(tmp_path, sweep_id) / "plan.json", fine
 
 

@@ -10,6 +10,7 @@ import pytest
 import yaml
 from sweep_fakes import failing, invoke, passing
 
+from jobkit.core.errors import EXIT_STOPPED
 from jobkit.core.paths import REPO_ROOT
 from jobkit.sweep import models, state
 
@@ -157,7 +158,7 @@ def test_two_models_broken_on_the_candidate_stop_the_sweep_and_resume_runs_the_r
     args = ["models", "--serial", "--id", "m3", "--commits", "base", "HEAD"]
     args += ["--table", str(repo / "configs/sweeps/small.yml"), "-w", "n[1-3]"]
     result, runner = invoke(monkeypatch, tmp_path, args, scripted(repo, script, seen))
-    assert result.exit_code == 3, result.output
+    assert result.exit_code == EXIT_STOPPED, result.output
     assert "llama2-70b, llama3.1-8b fail on the candidate but pass on the baseline" in result.output
     assert not any("qwen3" in k for k in runner.keys)  # stopped before the last model
     sweep = tmp_path / "ws" / "sweeps" / "m3"

@@ -8,6 +8,8 @@ import json
 
 from sweep_fakes import failing, hanging, invoke, passing
 
+from jobkit.core.errors import EXIT_STOPPED
+
 GOOD, SLOW = 1000.0, 880.0
 
 
@@ -163,7 +165,7 @@ def test_resume_replays_the_same_decisions_and_reruns_nothing_finished(monkeypat
         return cluster(bad_nodes=["n3"])(point, nodes, attempt)
 
     result, runner = network(monkeypatch, tmp_path, "n[1-4]", refuse_a_half, "--serial")
-    assert result.exit_code == 3, result.output
+    assert result.exit_code == EXIT_STOPPED, result.output
     assert runner.keys == ["all", "g:n1,n2"]
     result, runner = invoke(monkeypatch, tmp_path, ["resume", "net"], cluster(bad_nodes=["n3"]))
     assert result.exit_code == 0, result.output

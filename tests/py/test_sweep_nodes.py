@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 from sweep_fakes import FakeJob, failing, hanging, invoke, passing
 
+from jobkit.core.errors import EXIT_STOPPED
 from jobkit.sweep import engine
 
 TGS = {"n1": 1000.0, "n2": 990.0, "n3": 965.0, "n4": 900.0}
@@ -88,7 +89,7 @@ def test_resume_reruns_nothing_that_finished(monkeypatch, tmp_path):
         return passing(TGS[point.key])
 
     result, _ = invoke(monkeypatch, tmp_path, ["nodes", "--serial", "--id", "s1", "tiny", "-w", "n[1-4]"], first)
-    assert result.exit_code == 3
+    assert result.exit_code == EXIT_STOPPED
     assert "Invalid node name specified" in result.output
     plan = json.loads((sweep_dir(tmp_path, "s1") / "plan.json").read_text())
     assert plan["state"] == "stopped"

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from sweep_fakes import FIXTURES, FakeJob, failing, invoke, oom, passing
 
+from jobkit.core.errors import EXIT_STOPPED
 from jobkit.sweep import xla_catalog
 
 CATALOG = """
@@ -248,7 +249,7 @@ def test_baseline_failing_everywhere_stops_the_sweep(monkeypatch, tmp_path):
     result, runner = invoke(
         monkeypatch, tmp_path, ["xla", "--id", "s", "tiny", "-w", "n1", "--catalog", str(cat)], script
     )
-    assert result.exit_code == 3
+    assert result.exit_code == EXIT_STOPPED
     assert "nothing to rank against" in result.output
     assert not any(k.startswith(("good", "neutral", "bad")) for k in runner.keys)
     assert json.loads((sweep_dir(tmp_path, "s") / "plan.json").read_text())["state"] == "stopped"
@@ -314,7 +315,7 @@ def test_resume_reruns_nothing_and_keeps_the_catalog_it_started_with(monkeypatch
 
     args = ["xla", "--id", "z", "tiny", "-w", "n1", "--catalog", str(cat), "--serial"]
     result, _ = invoke(monkeypatch, tmp_path, args, first)
-    assert result.exit_code == 3 and "not available" in result.output
+    assert result.exit_code == EXIT_STOPPED and "not available" in result.output
     cat.write_text(CATALOG.replace("neutral", "renamed"))  # edited after the start: the sweep keeps its copy
     result, runner = invoke(monkeypatch, tmp_path, ["resume", "z"], by_profile(TGS))
     assert result.exit_code == 0, result.output

@@ -12,6 +12,7 @@ import pytest
 from conftest import FIXTURES, JOBKIT_LOGS
 
 from jobkit.core import logparse, tgs
+from jobkit.core.errors import EXIT_NOT_A_LOG
 
 RAW_LOG = FIXTURES / "logs" / "maxtext-cpu-tiny-20steps.log"
 MFU_LOG = JOBKIT_LOGS / "launch-tiny-20steps-mfu.log"
@@ -350,7 +351,7 @@ def test_tgs_refuses_a_file_that_is_not_a_job_log_in_one_line(tmp_path):
 
     for path in not_a_log_files(tmp_path):
         r = CliRunner().invoke(main, ["tgs", str(path)])
-        assert r.exit_code == 3, r.output  # tgs's documented code for "not a job log"
+        assert r.exit_code == EXIT_NOT_A_LOG, r.output  # tgs's documented code for "not a job log"
         assert r.stdout == "" and r.stderr == f"jobkit tgs: {path}: {NOT_A_LOG}\n"
 
 

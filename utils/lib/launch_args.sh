@@ -20,6 +20,11 @@ _launch_err() { echo "${0##*/}: $*" >&2; }
 # shellcheck source=utils/lib/env_mask.sh
 source "$(dirname "${BASH_SOURCE[0]}")/env_mask.sh"
 
+# jobkit's exit code for a refused setting (jobkit.core.errors.EXIT_SETTINGS; tests/py/test_errors.py holds the
+# two equal): `jobkit hang-watchdog --check` and `jobkit procs --check` give it for a bad HANG_* or
+# LOCAL_WORLD_SIZE, which stops the launch; any other failure of theirs means this host cannot run jobkit.
+LAUNCH_SETTING_REFUSED_RC=5
+
 # Characters kept in names that become file names; anything else turns into "_".
 _LAUNCH_NAME_SAFE='A-Za-z0-9._+-'
 
@@ -222,11 +227,11 @@ launch_check_procs() {
     given=1 used=$value
     # auto (one per usable GPU) is resolved on each node by _train.sh, where the GPUs are.
     [[ $value == auto ]] && continue
-    # Exit 2 is a bad value. Anything else means this host cannot run jobkit (a container runtime with no host
-    # tools, as for the hang watchdog's check): each node's _train.sh checks it again before training.
+    # LAUNCH_SETTING_REFUSED_RC is a bad value. Anything else means this host cannot run jobkit (a container
+    # runtime with no host tools, as for the hang watchdog's check): each node's _train.sh checks it again.
     local rc=0 err
     err=$(LOCAL_WORLD_SIZE=$value NNODES=1 NODE_RANK=0 "$jobkit" procs --check 2>&1 >/dev/null) || rc=$?
-    if (( rc == 2 )); then echo "$err" >&2; return 2; fi
+    if (( rc == LAUNCH_SETTING_REFUSED_RC )); then echo "$err" >&2; return 2; fi
   done
   (( given )) || return 0
   export LOCAL_WORLD_SIZE=$used

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import click
 
-from jobkit.core.errors import JobkitError
+from jobkit.core.errors import EXIT_ANSWER_NO, JobkitError, exit_with
 from jobkit.core.paths import REPO_ROOT, workspace
 
 WS_HELP = "The workspace (default $JOB_WORKSPACE, else <repo>/outputs); the bridge dir is <workspace>/.bridge."
@@ -114,11 +114,13 @@ def stop_command(ws, node):
 @click.option("--workspace", "ws", help=WS_HELP)
 @click.option("--node", help="The server's node name (default BRIDGE_NODE, else the short hostname).")
 def status_command(ws, node):
-    """Whether a bridge server serves this node, since when, with which policy; exit 1 when none does."""
+    """Whether a bridge server serves this node, since when, with which policy; exit 8 when none does."""
     where, _ = _where(ws, node)
     info = _info(where)
     if info is None:
-        raise JobkitError("bridge status", f"no bridge server serves {where}; start one with `jobkit bridge serve`")
+        raise JobkitError(
+            "bridge status", f"no bridge server serves {where}; start one with `jobkit bridge serve`", EXIT_ANSWER_NO
+        )
     since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(info.get("started", 0)))
     running = len(os.listdir(where / "taken")) if (where / "taken").is_dir() else 0
     click.echo(
@@ -170,6 +172,6 @@ def policy_command(policy_file, line, cwd, ws):
         plan = policy.decide(pol, line, ctx)
     except policy.Refused as exc:
         click.echo(f"refused (rule {exc.rule}): {exc}; {exc.ask}")
-        raise SystemExit(1) from None
+        exit_with(EXIT_ANSWER_NO)
     for sep, steps in plan.pipelines:
         click.echo(f"allowed{' after ' + sep if sep else ''}: " + " | ".join(json.dumps(s.argv) for s in steps))

@@ -8,7 +8,7 @@ import click
 
 from jobkit.core import clitypes, logparse, metrics_state, step_summary, tgs
 from jobkit.core.config import default_yml
-from jobkit.core.errors import EXIT_BAD_INPUT, EXIT_CANNOT_RUN, EXIT_NO_NNODES, EXIT_NO_STEPS, JobkitError
+from jobkit.core.errors import EXIT_BAD_INPUT, EXIT_CANNOT_RUN, EXIT_NO_STEPS, EXIT_NOT_A_LOG, JobkitError, exit_with
 from jobkit.core.paths import workspace, workspace_problem
 from jobkit.core.verdict import STATUSES, verdict
 
@@ -36,7 +36,7 @@ def _nnodes_error(logfile: str, log: logparse.JobLog) -> JobkitError:
         "tgs",
         f"{logfile}: header line {found[0]}={found[1]!r} is not a number of nodes; "
         "fix that line of the header (the job's node count) and rerun",
-        EXIT_NO_NNODES,
+        EXIT_NOT_A_LOG,
     )
 
 
@@ -72,8 +72,9 @@ def _check_config(path: str) -> None:
 def tgs_command(logfile, steady, as_json, as_line, status, exit_code, yml):
     """Throughput report for LOGFILE: windows table, --json, or --line.
 
-    Exit codes: 1 bad input (log missing or unreadable, bad --steady, --config missing or not text), 2 no step
-    lines, 3 not a job log (no JOB_ID and NNODES header) or an NNODES that is not a number.
+    Exit codes: 1 bad input (log missing or unreadable, bad --steady, --config missing or not text), 3 no step
+    lines, 4 not a job log (no JOB_ID and NNODES header) or an NNODES that is not a number (jobkit's table of
+    codes: docs/architecture.md#exit-codes).
     """
     try:
         window = tgs.parse_steady(steady)
@@ -82,7 +83,7 @@ def tgs_command(logfile, steady, as_json, as_line, status, exit_code, yml):
     if yml:
         _check_config(yml)
     # The end-of-run line needs the steady window and the end only: a big log is not read whole for it.
-    log = load_log("tgs", logfile, EXIT_NO_NNODES, tgs.steps_needed(window) if as_line else None)
+    log = load_log("tgs", logfile, EXIT_NOT_A_LOG, tgs.steps_needed(window) if as_line else None)
     if log.nnodes is None:
         raise _nnodes_error(logfile, log)
     summary = tgs.summarize(log, window, yml or default_yml(log.header))
@@ -119,7 +120,7 @@ def reap_command(grace, argv):
         rc = reaper.run(list(argv), grace)
     except reaper.ReaperError as exc:
         raise JobkitError("reap", str(exc), EXIT_CANNOT_RUN) from None
-    raise SystemExit(rc)
+    exit_with(rc)  # ARGV's own status, passed on
 
 
 def _metrics_rows(paths: list[str], ended: bool | None) -> list[tuple[str, metrics_state.Metrics | str]]:

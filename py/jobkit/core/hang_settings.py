@@ -15,7 +15,7 @@ step above compile_allowance / HANG_STEP_FACTOR (6 minutes at the defaults) give
 limit than that; such a job sets JAX_HEARTBEAT_TIMEOUT above HANG_STEP_FACTOR x its step time.
 
 Here, not in ops, because the training entry (launch, below ops) reads both. Bad values are SettingsError,
-one line naming the variable and the fix (`jobkit hang-watchdog --check` turns them into exit 2).
+one line naming the variable and the fix (`jobkit hang-watchdog --check` turns them into EXIT_SETTINGS, 5).
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import click
 
-from jobkit.core.errors import EXIT_BAD_INPUT, EXIT_ENGINE
+from jobkit.core.errors import EXIT_BAD_INPUT, EXIT_SETUP, JobkitError
 from jobkit.core.paths import UTILS_DIR
 from jobkit.image import probe as image_probe
 
@@ -35,19 +35,21 @@ def _run(argv: list[str], timeout: float = 120, stdin: str | None = None) -> sub
     try:
         return subprocess.run(argv, input=stdin, capture_output=True, text=True, timeout=timeout, check=False)
     except subprocess.TimeoutExpired as exc:
-        raise ImageInfoError(f"'{' '.join(argv[:3])} ...' did not answer within {timeout:.0f}s", EXIT_ENGINE) from exc
+        raise ImageInfoError(f"'{' '.join(argv[:3])} ...' did not answer within {timeout:.0f}s", EXIT_SETUP) from exc
 
 
 def find_engine(wanted: str | None) -> str:
     """1. The engine: WANTED when given (it must be on PATH), else podman or docker, whichever answers first."""
     if wanted:
         if not shutil.which(wanted):
-            raise ImageInfoError(f"{wanted} is not on PATH; install it or pick another with --engine", EXIT_ENGINE)
+            raise ImageInfoError(f"{wanted} is not on PATH; install it or pick another with --engine", EXIT_SETUP)
         return wanted
     for engine in ("podman", "docker"):
         if shutil.which(engine) and _run([engine, "info"], timeout=30).returncode == 0:
             return engine
-    raise ImageInfoError("no container engine answers (podman info, docker info); install podman or start docker", 3)
+    raise ImageInfoError(
+        "no container engine answers (podman info, docker info); install podman or start docker", EXIT_SETUP
+    )
 
 
 def resolve_image(engine: str, image: str) -> str:
@@ -120,7 +122,7 @@ def run_probe(engine: str, image: str) -> dict:
                 errors.append(f"{python}: unreadable output {result.stdout.strip()[-200:]!r}")
                 continue
         errors.append(f"{python}: {result.stderr.strip()[-300:]}")
-    raise ImageInfoError(f"could not run the probe in {image}: " + " | ".join(errors), EXIT_ENGINE)
+    raise ImageInfoError(f"could not run the probe in {image}: " + " | ".join(errors), EXIT_SETUP)
 
 
 def collect(image: str, engine: str | None = None) -> dict:
@@ -172,6 +174,5 @@ def command(image, as_json, engine):
     try:
         info = collect(image, engine)
     except ImageInfoError as exc:
-        click.echo(f"jobkit image-info: {exc}", err=True)
-        raise SystemExit(exc.code) from None
+        raise JobkitError("image-info", str(exc), exc.code) from None
     click.echo(json.dumps(info, indent=2) if as_json else format_table(info))

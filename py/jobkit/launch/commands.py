@@ -2,10 +2,10 @@
 detected accelerator's peak): click only."""
 
 import os
-import sys
 
 import click
 
+from jobkit.core.errors import EXIT_CANNOT_RUN, EXIT_OK, EXIT_SETTINGS, EXIT_USAGE, JobkitError, exit_with
 from jobkit.launch import gpu
 from jobkit.launch.mfu import ENV_PEAK
 from jobkit.launch.peaks import PEAK_TFLOPS, format_row
@@ -25,7 +25,7 @@ def launch_command(args):
     if not args or args[0] in ("-h", "--help"):
         click.echo(entry.USAGE.replace("python -m jobkit.launch", "jobkit launch"))
         click.echo(entry.__doc__.split("\n\n", 1)[1].rstrip())
-        sys.exit(0 if args else entry.EXIT_SETUP)
+        exit_with(EXIT_OK if args else EXIT_USAGE)
     entry.finish(entry.main(list(args)))
 
 
@@ -52,23 +52,25 @@ def mfu_command(show_all):
 
 
 @click.command("procs", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
-@click.option("--check", is_flag=True, help="Only check LOCAL_WORLD_SIZE (with NNODES, NODE_RANK); exit 2 if bad.")
+@click.option(
+    "--check", is_flag=True, help=f"Only check LOCAL_WORLD_SIZE (with NNODES, NODE_RANK); exit {EXIT_SETTINGS} if bad."
+)
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def procs_command(check, command):
     """Run COMMAND as LOCAL_WORLD_SIZE processes on this node, one per device (LOCAL_RANK, GLOBAL_RANK, NPROCS)."""
-    from jobkit.core.errors import EXIT_CANNOT_RUN, EXIT_SETUP, JobkitError
     from jobkit.launch import procs
 
     try:
         layout = procs.Layout.from_env(os.environ)
     except procs.LayoutError as exc:
-        raise JobkitError("procs", str(exc), EXIT_SETUP) from exc
+        raise JobkitError("procs", str(exc), EXIT_SETTINGS) from exc
     if check:
         click.echo(layout.line())
         return
     if not command:
-        raise JobkitError("procs", "no command given; usage: jobkit procs -- <command> [args...]", EXIT_SETUP)
+        raise JobkitError("procs", "no command given; usage: jobkit procs -- <command> [args...]", EXIT_USAGE)
     try:
-        sys.exit(procs.main(command))
+        rc = procs.main(command)
     except OSError as exc:
         raise JobkitError("procs", f"cannot start {command[0]}: {exc.strerror}", EXIT_CANNOT_RUN) from exc
+    exit_with(rc)  # the first failed process's status (procs.main), passed on

@@ -22,7 +22,7 @@ import traceback
 from collections.abc import Sequence
 
 from jobkit.core import step_summary
-from jobkit.core.errors import EXIT_SETUP
+from jobkit.core.errors import EXIT_SETTINGS, EXIT_SETUP, EXIT_USAGE
 from jobkit.core.hang_settings import SettingsError
 from jobkit.launch import jax_distributed, mfu, mfu_stream, tb_redact
 
@@ -32,7 +32,7 @@ USAGE = "usage: jobkit launch <config.yml> [key=value ...]"
 
 
 class LaunchError(Exception):
-    """A problem found before training starts (exit 2, one line)."""
+    """No usable MaxText train module, found before training starts (EXIT_SETUP, one line)."""
 
 
 def _spec_exists(name: str) -> bool:
@@ -143,11 +143,12 @@ def _point_absl_at(stream) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run a training; returns the exit code (finish() does the exiting)."""
+    """Run a training; returns the exit code (finish() does the exiting): before training starts EXIT_USAGE (no
+    config), EXIT_SETTINGS (a setting refused), EXIT_SETUP (no MaxText), after it training's own."""
     args = list(sys.argv[1:] if argv is None else argv)
     if not args or args[0] in ("-h", "--help"):
         print(USAGE, file=sys.stderr)
-        return EXIT_SETUP
+        return EXIT_USAGE
     config, overrides = args[0], args[1:]
 
     # Settings first: a bad one is one line before anything starts.
@@ -155,7 +156,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         runtime = jax_distributed.plan(os.environ, config, overrides)
     except (jax_distributed.SetupError, SettingsError) as exc:
         print(f"jobkit.launch: {exc}", file=sys.stderr)
-        return EXIT_SETUP
+        return EXIT_SETTINGS
 
     setup = mfu.decide(overrides, config)
     print(setup.banner(), flush=True)

@@ -7,7 +7,7 @@ RAY=1 tiers alike.
 
 Steps:
 1. Settings (`Layout.from_env`): LOCAL_WORLD_SIZE (a whole number, 1 = the usual one process per node),
-   NNODES and NODE_RANK from the tiers. A bad one is a one-line error (exit 2) before anything starts.
+   NNODES and NODE_RANK from the tiers. A bad one is a one-line error (EXIT_SETTINGS, 5) before anything starts.
 2. On one node with no coordinator (run_local.sh), JAX still needs one: 127.0.0.1 on a free port, bound to
    loopback only (JAX_COORDINATOR_BIND_ADDRESS).
 3. Start process i (0..N-1) with LOCAL_RANK=i, GLOBAL_RANK=NODE_RANK*N+i, NPROCS=NNODES*N and

@@ -50,6 +50,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from jobkit.core.clitypes import SECONDS
+from jobkit.core.errors import EXIT_BAD_INPUT, exit_with
 from jobkit.core.files import write_atomic
 from jobkit.core.paths import UTILS_DIR
 
@@ -646,9 +647,9 @@ def command(ctx, address, port, interval, timeout, plugins_dir, sd_dir):
                 f"not allowed to listen on port {port}: pass a port of 1024 or above", ctx, param_hint="'--port'"
             ) from None
         exporter.log(f"error: {e.strerror or e}; pass a free --port or stop what holds these ports")
-        ctx.exit(1)
+        exit_with(EXIT_BAD_INPUT)
     try:
-        ctx.exit(exporter.serve())
+        exporter.serve()
     except OSError as e:
         exporter.log(f"error: {e}")
-        ctx.exit(1)
+        exit_with(EXIT_BAD_INPUT)

@@ -10,8 +10,6 @@ jobkit.observe.tb_backfill (the TSDB blocks); this module is only the command li
 Errors are one line on stderr (``jobkit tb-bridge <command>: ...``), exit status 1; bad arguments exit 2.
 """
 
-import sys
-
 import click
 
 from jobkit.core.clitypes import SECONDS
@@ -57,7 +55,7 @@ def serve_command(logdir, host, out, interval, parent_pid, since):
     """Daemon: keep FILE up to date with the newest value of every scalar."""
     from jobkit.observe.tb_serve import serve
 
-    sys.exit(_run("serve", lambda: serve(logdir, host, out, interval, parent_pid, since)))
+    _run("serve", lambda: serve(logdir, host, out, interval, parent_pid, since))
 
 
 @group.command("backfill")
@@ -89,12 +87,10 @@ def backfill_command(logdir, tsdb, labels, host, since, promtool, prometheus, dr
     from jobkit.observe.tb_backfill import backfill, record_pending
 
     if record:
-        sys.exit(_run("backfill", lambda: record_pending(logdir, tsdb, labels, host, job_log) or 0))
-    sys.exit(
-        _run(
-            "backfill",
-            lambda: backfill(logdir, tsdb, labels, host, since, promtool, prometheus, dry_run, job_log=job_log),
-        )
+        _run("backfill", lambda: record_pending(logdir, tsdb, labels, host, job_log))
+        return
+    _run(
+        "backfill", lambda: backfill(logdir, tsdb, labels, host, since, promtool, prometheus, dry_run, job_log=job_log)
     )
 
 
@@ -104,4 +100,4 @@ def complete_command(tsdb):
     """Run a job's recorded TensorBoard backfill if its teardown did not (a no-op when done or never recorded)."""
     from jobkit.observe.tb_backfill import complete_pending
 
-    sys.exit(_run("complete", lambda: complete_pending(tsdb) and 0))
+    _run("complete", lambda: complete_pending(tsdb))

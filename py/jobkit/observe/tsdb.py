@@ -21,7 +21,8 @@ it starts.
 `blocks` prints one line per block of TSDB, "ULID ok MIN_MS MAX_MS" or "ULID damaged WHY": the check that
 utils/lib/prometheus.sh's list and range text use, so that all readers call the same blocks damaged.
 
-Errors are one line on stderr (``jobkit tsdb view: ...``), exit 1; bad arguments exit 2.
+Errors are one line on stderr (``jobkit tsdb view: ...``), exit 1; bad arguments exit 2; `await-scrape` exits
+EXIT_ANSWER_NO (8) when the scrape did not come in time.
 """
 
 import os
@@ -32,7 +33,7 @@ import time
 import click
 
 from jobkit.core import metrics_state
-from jobkit.core.errors import JobkitError
+from jobkit.core.errors import EXIT_ANSWER_NO, JobkitError, exit_with
 from jobkit.core.tunnel import tunnel_hint
 from jobkit.observe import promserver, tsdb_blocks, tsdb_wal
 
@@ -138,7 +139,7 @@ def await_scrape(port, after, timeout):
     done, why = final_scrape.await_scrape(port, after, timeout)
     if not done:
         _say(why)
-        sys.exit(1)
+        exit_with(EXIT_ANSWER_NO)
 
 
 def _serve_until_stopped(server, tsdb, data_range, said_damaged=False):

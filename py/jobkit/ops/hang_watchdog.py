@@ -55,7 +55,7 @@ from pathlib import Path
 import click
 
 from jobkit.core import clitypes, files, procfs
-from jobkit.core.errors import EXIT_SETTINGS, JobkitError
+from jobkit.core.errors import EXIT_ANSWER_NO, EXIT_OK, EXIT_SETTINGS, EXIT_STOPPED, JobkitError, exit_with
 from jobkit.core.hang_settings import STACK_WAIT, STOP_GRACE, Settings, SettingsError, heartbeat_timeout
 from jobkit.launch import procs
 
@@ -399,7 +399,7 @@ class Watchdog:
         return worst[1], worst[2], worst[0] > 0
 
     def run(self, clock=time.monotonic) -> int:
-        """Watch until training ends (0), or this node's training was stopped for a hang (3)."""
+        """Watch until training ends (EXIT_OK), or this node's training was stopped for a hang (EXIT_STOPPED)."""
         follower = LogFollower(self.log)
         started = clock()
         progress = self.progresses(started)
@@ -417,7 +417,7 @@ class Watchdog:
                 pids = find_trainings(self.job_id, self.node_rank, self.per_node)
             if not pids:
                 if seen_training or now - started > self.start_wait:
-                    return 0  # training ended (or never started): nothing to watch
+                    return EXIT_OK  # training ended (or never started): nothing to watch
             else:
                 seen_training = True
                 self.training_pids = dict(pids)
@@ -444,7 +444,7 @@ class Watchdog:
                 self.respond(pids)
                 if self.settings.action == "cancel":
                     stop_training(list(pids.values()))
-                    return 3
+                    return EXIT_STOPPED
                 return self.keep_reporting(follower, progress, clock)
             nap(pids.values(), self.interval)
 
@@ -464,7 +464,7 @@ class Watchdog:
                 last = slowest_step()
                 say(f"[hang] {self.host}: training made progress again (step {last})")
             time.sleep(self.interval)
-        return 0
+        return EXIT_OK
 
     def declare(self, progress: Progress, stalled: float) -> None:
         """Write the marker (the first watchdog wins: O_EXCL) and the HANG line."""
@@ -533,13 +533,13 @@ class Watchdog:
 @click.option(
     "--check",
     is_flag=True,
-    help="Only check the HANG_* settings and JAX_HEARTBEAT_TIMEOUT: one line and exit 2 when bad.",
+    help=f"Only check the HANG_* settings and JAX_HEARTBEAT_TIMEOUT: one line and exit {EXIT_SETTINGS} when bad.",
 )
 @click.option(
     "--marker",
     is_flag=True,
-    help="Only print the hang marker of --job-dir when this job's watchdog wrote it (exit 0), else exit 1 "
-    "(saying on stderr why a marker there was ignored).",
+    help=f"Only print the hang marker of --job-dir when this job's watchdog wrote it (exit 0), else exit "
+    f"{EXIT_ANSWER_NO} (saying on stderr why a marker there was ignored).",
 )
 @click.option("--time-limit", is_flag=True, help="Only write --job-dir's time-limit marker (the batch script's).")
 def command(log, job_dir, interval, check, marker, time_limit):
@@ -557,9 +557,9 @@ def command(log, job_dir, interval, check, marker, time_limit):
             line = read_marker(job_dir, job_id)
         except files.Untrusted as exc:
             click.echo(f"[hang] ignored {exc}", err=True)
-            sys.exit(1)
+            exit_with(EXIT_ANSWER_NO)
         if line is None:
-            sys.exit(1)
+            exit_with(EXIT_ANSWER_NO)
         click.echo(line)
         return
     try:
@@ -590,4 +590,4 @@ def command(log, job_dir, interval, check, marker, time_limit):
         interval,
         per_node=per_node,
     )
-    sys.exit(dog.run())
+    exit_with(dog.run())

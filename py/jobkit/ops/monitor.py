@@ -48,7 +48,7 @@ from pathlib import Path
 import click
 
 from jobkit.core import clitypes, failures, files, logparse, metrics_state, procfs, slurm, tgs
-from jobkit.core.errors import EXIT_USAGE, JobkitError
+from jobkit.core.errors import EXIT_OK, EXIT_SETTINGS, EXIT_USAGE, JobkitError
 from jobkit.core.paths import workspace
 from jobkit.ops import hang_watchdog, notify, requeue
 
@@ -662,7 +662,7 @@ def start_daemon(pid_file: Path, state_path: Path) -> None:
         log_fd = files.open_append(log_file)  # a planted link is refused, not followed
     except OSError as exc:
         raise JobkitError(
-            "monitor", f"cannot append to {log_file} ({exc.strerror}); remove it if it is a link", EXIT_USAGE
+            "monitor", f"cannot append to {log_file} ({exc.strerror}); remove it if it is a link"
         ) from None
     click.echo(f"monitor started in the background; log {log_file}, pid file {pid_file}")
     daemonize(pid_file, log_fd, state_path)
@@ -752,14 +752,16 @@ def command(
         try:
             targets = notify.find_targets()
         except (notify.NotifyError, OSError) as exc:
-            raise JobkitError("monitor", str(exc), EXIT_USAGE) from None
+            raise JobkitError("monitor", str(exc), EXIT_SETTINGS) from None
     try:
         monitor = Monitor(ws_path, state_path, list(jobs), sweep, stall, tgs_drop, requeue_lost=requeue_lost)
     except MonitorError as exc:
-        raise JobkitError("monitor", str(exc), EXIT_USAGE) from None
+        raise JobkitError("monitor", str(exc)) from None
     if daemon:
         start_daemon(pid_file, state_path)
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    # --stop's TERM: a clean end. SystemExit, not click's Exit (a RuntimeError): no `except Exception` of a poll
+    # in progress may swallow it.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(EXIT_OK))
     where = (
         f"notifying {len(targets.urls)} target(s) from {targets.source} ({level})" if targets else "no notifications"
     )
@@ -770,7 +772,7 @@ def command(
             try:
                 events = monitor.poll()
             except MonitorError as exc:
-                raise JobkitError("monitor", str(exc), EXIT_USAGE) from None
+                raise JobkitError("monitor", str(exc)) from None
             monitor.save()  # before printing or sending: a restart never repeats an alert
             for job_id in (j for j in monitor.unknown if j not in warned):
                 warned.add(job_id)  # a warning, not a refusal: the id may be a job of another workspace's log

@@ -12,8 +12,8 @@ The URLs carry tokens, so a config file that others may read (any group or other
 refused until it is `chmod 600`. Every URL gets short connect/read timeouts unless it sets its own, so an
 unreachable target costs seconds, not minutes, and the monitor that calls `send` keeps its pace.
 
-Exit codes: 0 delivered to every target, 1 some target failed (one line each), 2 no targets or a bad
-target list (a malformed URL, a config file others can read).
+Exit codes (jobkit's table: docs/architecture.md#exit-codes): 0 delivered to every target, 7 some target
+failed (one line each), 5 no targets or a bad target list (a malformed URL, a config file others can read).
 """
 
 from __future__ import annotations
@@ -21,13 +21,12 @@ from __future__ import annotations
 import os
 import re
 import stat
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import click
 
-from jobkit.core.errors import EXIT_NOTIFY_CONFIG, EXIT_NOTIFY_FAILED, JobkitError
+from jobkit.core.errors import EXIT_ACTION_FAILED, EXIT_SETTINGS, JobkitError, exit_with
 
 ENV_URLS = "JOBKIT_NOTIFY_URLS"
 ENV_CONFIG = "JOBKIT_NOTIFY_CONFIG"
@@ -165,17 +164,17 @@ def command(text, title, urls, level):
     try:
         targets = find_targets(urls)
     except (NotifyError, OSError) as exc:
-        raise JobkitError("notify", str(exc), EXIT_NOTIFY_CONFIG) from None
+        raise JobkitError("notify", str(exc), EXIT_SETTINGS) from None
     if targets is None:
         raise JobkitError(
             "notify",
             f"no notification targets; put apprise URLs in {config_path()} (chmod 600) "
             f"or in ${ENV_URLS}, or pass --url",
-            EXIT_NOTIFY_CONFIG,
+            EXIT_SETTINGS,
         )
     problems = send(title, text, targets, level)
     for line in problems:
         click.echo(f"jobkit notify: {line}", err=True)
     if problems:
-        sys.exit(EXIT_NOTIFY_CONFIG if all("not a URL" in p for p in problems) else EXIT_NOTIFY_FAILED)
+        exit_with(EXIT_SETTINGS if all("not a URL" in p for p in problems) else EXIT_ACTION_FAILED)
     click.echo(f"sent to {len(targets.urls)} target(s) from {targets.source}")

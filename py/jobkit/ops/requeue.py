@@ -38,7 +38,6 @@ import os
 import re
 import shlex
 import subprocess
-import sys
 import textwrap
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -46,7 +45,15 @@ from pathlib import Path
 import click
 
 from jobkit.core import clitypes, failures, files, logparse
-from jobkit.core.errors import EXIT_BAD_INPUT, EXIT_NOT_RETRIED, JobkitError
+from jobkit.core.errors import (
+    EXIT_ACTION_FAILED,
+    EXIT_ANSWER_NO,
+    EXIT_BAD_INPUT,
+    EXIT_OK,
+    EXIT_SETTINGS,
+    JobkitError,
+    exit_with,
+)
 from jobkit.observe import hang_tsdb
 from jobkit.ops import hang_watchdog
 
@@ -69,17 +76,19 @@ TIME_LIMIT_LINE = re.compile(r"^== TIME LIMIT near", re.M)
 REQUEUED_LINE = re.compile(r"^== REQUEUED as job (\d+) .*==$", re.M)
 
 
-class WouldFail(Exception):
-    """--dry-run: the requeue decided would be refused by a check (the snapshot, the arguments)."""
-
-
 class RequeueError(Exception):
     """Why a requeue that was decided could not be submitted: one line with the fix. NOTHING_SUBMITTED: the
-    submit certainly reached no scheduler (the claim is given back)."""
+    submit certainly reached no scheduler (the claim is given back). CODE: the command's exit code for it
+    (EXIT_SETTINGS for a refused setting, else EXIT_ACTION_FAILED)."""
 
-    def __init__(self, message: str, nothing_submitted: bool = True):
+    def __init__(self, message: str, nothing_submitted: bool = True, code: int = EXIT_ACTION_FAILED):
         super().__init__(message)
         self.nothing_submitted = nothing_submitted
+        self.code = code
+
+
+class WouldFail(RequeueError):
+    """--dry-run: the requeue decided would be refused by a check (the snapshot, the arguments)."""
 
 
 @dataclass
@@ -171,7 +180,7 @@ def _counts(log: logparse.JobLog, env: dict[str, str]) -> tuple[int, int, list[s
     try:
         max_retries = clitypes.env_uint(setting, "MAX_RETRIES", 0)
     except clitypes.SettingError as exc:
-        raise RequeueError(str(exc)) from None
+        raise RequeueError(str(exc), code=EXIT_SETTINGS) from None
     earlier = [h for h in (env.get("REQUEUE_EXCLUDE") or log.header.get("REQUEUE_EXCLUDE") or "").split(",") if h]
     return attempt, max_retries, earlier
 
@@ -437,8 +446,8 @@ when the environment lacks them (submit.sh saves it when MAX_RETRIES is above 0)
 \b
 --dry-run decides, checks and prints what would happen (the next attempt, the hosts excluded, the
 catalogue entry that decided, a claim that blocks); it submits and writes nothing.
-Exit 0: requeued (or would be); {EXIT_NOT_RETRIED}: not requeued;
-{EXIT_BAD_INPUT}: the log cannot be read, or the submit failed.
+Exit {EXIT_OK}: requeued (or would be); {EXIT_ANSWER_NO}: not requeued; {EXIT_BAD_INPUT}: the log cannot
+be read; {EXIT_SETTINGS}: MAX_RETRIES is not a number; {EXIT_ACTION_FAILED}: the submit failed (or would fail).
 """
 
 
@@ -523,7 +532,7 @@ def dry_run_decision(log_path: Path, env: dict[str, str], lost: str | None = Non
     try:
         prepare(env)
     except RequeueError as exc:
-        raise WouldFail(f"{exc} (decided: {decision.why})") from None
+        raise WouldFail(f"{exc} (decided: {decision.why})", code=exc.code) from None
     total = 1 + decision.max_retries
     hosts = f"excluding {','.join(decision.exclude)}" if decision.exclude else "excluding no hosts"
     decision.why += f" as attempt {decision.next_attempt} of {total}, {hosts}{_failed_before(job_dir)}"
@@ -542,9 +551,9 @@ def command(log, dry_run):
             decision, job_id = requeue(path, dict(os.environ))
     except logparse.LogError as exc:
         raise JobkitError("requeue", str(exc), EXIT_BAD_INPUT) from None
-    except (RequeueError, WouldFail) as exc:
+    except RequeueError as exc:  # WouldFail too
         click.echo(f"== {'REQUEUE WOULD FAIL' if isinstance(exc, WouldFail) else 'REQUEUE FAILED'}: {exc} ==")
-        sys.exit(EXIT_BAD_INPUT)
+        exit_with(exc.code)
     total = 1 + decision.max_retries
     if job_id:
         also = f"; excluding {','.join(decision.exclude)}" if decision.exclude else ""
@@ -553,4 +562,4 @@ def command(log, dry_run):
         return
     verb = "would requeue" if dry_run and decision.retry else "not requeued"
     click.echo(f"== {verb}: {decision.said} ==")
-    sys.exit(0 if dry_run and decision.retry else EXIT_NOT_RETRIED)
+    exit_with(EXIT_OK if dry_run and decision.retry else EXIT_ANSWER_NO)

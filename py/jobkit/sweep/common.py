@@ -3,7 +3,7 @@
 A driver is a click command whose body builds points and calls `engine.run`; `execute` wraps it with the
 sweep's life cycle: create or reopen the sweep dir (only after every input is checked, so bad input
 leaves nothing behind), turn Ctrl-C / SIGTERM into a clean interrupt, stop on a bail-out rule, write
-summary.md, and exit 0 (finished), 1 (bad input), 3 (stopped by a rule) or 130/143 (interrupted).
+summary.md, and exit 0 (finished), 1 (bad input), 9 (EXIT_STOPPED: stopped by a rule) or 130/143 (interrupted).
 
 Noise, for every driver that names a winner (batch, xla): a setting's runs (repeats) give a mean and a
 `spread`, the full max-min range of their TGS as a percentage of their mean (the one definition both
@@ -18,7 +18,6 @@ from __future__ import annotations
 import os
 import statistics
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass
@@ -27,7 +26,7 @@ from pathlib import Path
 import click
 
 from jobkit.core import clitypes, tgs
-from jobkit.core.errors import EXIT_STOPPED, JobkitError
+from jobkit.core.errors import EXIT_STOPPED, SIGNAL_BASE, JobkitError, exit_with
 from jobkit.core.nodelist import expand_nodelist
 from jobkit.core.paths import REPO_ROOT
 from jobkit.sweep import state
@@ -262,7 +261,7 @@ def execute(driver: str, model: str, body: Callable[[Engine], str]) -> None:
     except SweepInterrupted as exc:
         engine.interrupted(exc)
         click.echo(f"[sweep] interrupted; resume with: jobkit sweep resume {sweep.id}", err=True)
-        sys.exit(128 + exc.signum)
+        exit_with(SIGNAL_BASE + exc.signum)
     except SweepStopped as exc:
         engine.cancel_all()
         sweep.set_state(state.STOPPED, str(exc))
