@@ -5,11 +5,18 @@ listing the commands (`jobkit --help`) reads their one-line summaries from COMMA
 so a login node pays for Ray's, TensorBoard's or matplotlib's import only in the command that needs it.
 
 Errors reach the user through `jobkit.core.errors.JobkitError`, which click's own top-level handler turns into
-one line on stderr and the error's exit code.
+one line on stderr and the error's exit code (the table of codes: jobkit.core.errors). The group is also the
+edge for what no command expected (_Edge): an exception becomes one line and EXIT_INTERNAL, its traceback a
+private file; Ctrl-C is EXIT_INTERRUPTED; a reader that closed the pipe (`jobkit jobs | head`) ends it quietly.
 """
+
+import errno
+import os
+import sys
 
 import click
 
+from jobkit.core import errors
 from jobkit.core.lazy_group import CommandTable, LazyGroup
 
 # name -> ("module:attribute" of a click command or group, its one-line summary for the listing).
@@ -122,6 +129,61 @@ COMMANDS: CommandTable = {
 }
 
 
-@click.group(cls=LazyGroup, table=COMMANDS, context_settings={"help_option_names": ["-h", "--help"]})
+_ASKED = "jobkit.command"  # ctx.meta key: the command name the user typed
+
+
+class _Edge(LazyGroup):
+    """The root group: click's own handling of usage errors (2), JobkitError and explicit exits is kept; what
+    else leaves a command is turned into a code of the table here, once for every command."""
+
+    def resolve_command(self, ctx, args):
+        ctx.meta[_ASKED] = args[0] if args else None  # named by an error while loading it (a failed import)
+        return super().resolve_command(ctx, args)
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except (click.exceptions.ClickException, click.exceptions.Exit):
+            raise
+        except (click.exceptions.Abort, KeyboardInterrupt):
+            click.echo(err=True)  # closes the terminal's ^C echo, as click does
+            errors.exit_with(errors.EXIT_INTERRUPTED)
+        except OSError as exc:
+            if exc.errno != errno.EPIPE:
+                raise errors.internal_error(_command_of(ctx, exc), exc) from None
+            _quiet_stdout()
+            errors.exit_with(errors.SIGNAL_BASE + 13)  # as if SIGPIPE had stopped it, which Python ignores
+        except Exception as exc:
+            raise errors.internal_error(_command_of(ctx, exc), exc) from None
+
+
+def _command_of(ctx: click.Context, exc: BaseException) -> str:
+    """The command path EXC left ('tsdb view'): the innermost click context in its traceback, below the root."""
+    inner = ctx
+    tb = exc.__traceback__
+    while tb is not None:
+        found = tb.tb_frame.f_locals.get("ctx")
+        if isinstance(found, click.Context):
+            inner = found
+        tb = tb.tb_next
+    names = []
+    while inner is not None and inner.parent is not None:
+        names.append(inner.info_name or "")
+        inner = inner.parent
+    return " ".join(reversed(names)) or ctx.invoked_subcommand or ctx.meta.get(_ASKED) or "?"
+
+
+def _quiet_stdout() -> None:
+    """stdout onto /dev/null: the interpreter's last flush into the closed pipe then says nothing."""
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):  # not a real file (a test's capture)
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, fd)
+    os.close(devnull)
+
+
+@click.group(cls=_Edge, table=COMMANDS, context_settings={"help_option_names": ["-h", "--help"]})
 def main():
     """Launch, observe and read MaxText jobs: logs, MFU, metrics, Ray, TSDBs."""

@@ -1,8 +1,12 @@
 """jobkit's exit codes: one table (jobkit.core.errors), one meaning per code, the docs page's table equal to it,
-the shell's copies of the codes equal to it, and no module that exits behind the CLI's edge."""
+the shell's copies of the codes equal to it, no module that exits behind the CLI's edge, and the edge itself
+(an unexpected exception is one line, a private traceback file and EXIT_INTERNAL)."""
 
 import ast
+import os
 import re
+import stat
+from pathlib import Path
 
 import click
 import pytest
@@ -10,9 +14,10 @@ from click.testing import CliRunner
 from conftest import FIXTURES, JOBKIT_LOGS, REPO
 
 from jobkit import cli
-from jobkit.core import errors
+from jobkit.core import errors, tgs
 from jobkit.core.errors import (
     EXIT_ANSWER_NO,
+    EXIT_INTERNAL,
     EXIT_INTERRUPTED,
     EXIT_NO_STEPS,
     EXIT_NOT_A_LOG,
@@ -24,6 +29,9 @@ from jobkit.core.errors import (
 PKG = REPO / "py" / "jobkit"
 MFU_LOG = str(JOBKIT_LOGS / "launch-tiny-20steps-mfu.log")
 NO_STEPS_LOG = str(JOBKIT_LOGS / "launch-config-error-no_such_key.log")
+INTERNAL_LINE = re.compile(
+    r"jobkit (?P<command>[a-z -]+): internal error: (?P<said>.+) \(traceback in (?P<path>/\S+\.txt)\)\n"
+)
 
 
 def exit_names() -> dict[str, int]:
@@ -109,6 +117,8 @@ def test_the_docs_table_is_the_table_in_errors():
     assert rows[0] == "| code | name | meaning | given by |"
     shown = [tuple(cell.strip() for cell in row.strip("|").split(" | ")) for row in rows[1:]]
     assert shown == errors.table()
+    assert errors.traceback_dir({"XDG_STATE_HOME": "/x"}) == Path("/x/jobkit/tracebacks")
+    assert "`$XDG_STATE_HOME/jobkit/tracebacks/` (by default `~/.local/state/jobkit/tracebacks/`)" in section
 
 
 def test_the_shell_copies_of_the_codes_are_the_table_s():
@@ -179,6 +189,110 @@ def test_marker_and_bridge_status_say_no_with_their_own_code(tmp_path):
     assert status.exit_code == EXIT_ANSWER_NO and "no bridge server serves" in status.output
     refused = run("bridge", "policy", "--check", "rm -rf /tmp/x", "--workspace", str(tmp_path))
     assert refused.exit_code == EXIT_ANSWER_NO and refused.output.startswith("refused (rule program): 'rm'")
+
+
+def test_an_unexpected_exception_is_one_line_and_a_private_traceback(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+
+    def broken(*args, **kwargs):
+        raise KeyError("tokens\nper device")
+
+    monkeypatch.setattr(tgs, "summarize", broken)
+    result = run("tgs", MFU_LOG)
+    assert result.exit_code == EXIT_INTERNAL
+    assert result.stdout == ""
+    m = INTERNAL_LINE.fullmatch(result.stderr)
+    assert m, result.stderr
+    assert m["command"] == "tgs" and m["said"] == "KeyError: 'tokens\\nper device'"
+    path = Path(m["path"])
+    assert path.parent == tmp_path / "state" / "jobkit" / "tracebacks"
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700
+    text = path.read_text()
+    assert text.startswith("jobkit tgs: internal error at ")
+    assert "Traceback (most recent call last):" in text and "in broken" in text
+    assert text.rstrip().endswith("KeyError: 'tokens\\nper device'")
+
+
+def test_the_internal_error_names_a_subcommand_and_falls_back_to_the_temp_dir(tmp_path, monkeypatch):
+    from jobkit.observe import tsdb_blocks
+
+    (tmp_path / "state").write_text("a file, so no dir can be made under it\n")
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
+    monkeypatch.setattr(tsdb_blocks, "blocks", lambda tsdb: 1 / 0)
+    result = run("tsdb", "blocks", str(tmp_path))
+    assert result.exit_code == EXIT_INTERNAL
+    m = INTERNAL_LINE.fullmatch(result.stderr)
+    assert m and m["command"] == "tsdb blocks" and m["said"] == "ZeroDivisionError: division by zero", result.stderr
+    path = Path(m["path"])
+    assert path.parent == tmp_path and path.name.startswith("jobkit-") and "-tsdb-blocks-" in path.name
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600 and "ZeroDivisionError" in path.read_text()
+
+
+def test_a_command_that_fails_to_load_is_named_too(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path))
+    monkeypatch.setitem(cli.COMMANDS, "broken", ("jobkit.no_such_module_jk:command", "A command whose module is gone."))
+    result = run("broken", "x")
+    m = INTERNAL_LINE.fullmatch(result.stderr)
+    assert result.exit_code == EXIT_INTERNAL and m, result.stderr
+    assert m["command"] == "broken" and m["said"] == "ModuleNotFoundError: No module named 'jobkit.no_such_module_jk'"
+    assert Path(m["path"]).name.endswith(f"-broken-{os.getpid()}.txt")
+
+
+def test_ctrl_c_a_closed_pipe_and_jobkit_s_own_errors_at_the_edge(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(tgs, "summarize", interrupted)
+    result = run("tgs", MFU_LOG)
+    assert result.exit_code == EXIT_INTERRUPTED and "internal error" not in result.output
+    assert "Aborted" not in result.output
+
+    def reader_gone(*args, **kwargs):
+        raise BrokenPipeError(32, "Broken pipe")
+
+    monkeypatch.setattr(tgs, "summarize", reader_gone)
+    result = run("tgs", MFU_LOG)
+    assert result.exit_code == errors.SIGNAL_BASE + 13 and result.output == ""  # SIGPIPE's, quietly
+
+    def refused(*args, **kwargs):
+        raise errors.JobkitError("tgs", "one line of ours", EXIT_SETUP)
+
+    monkeypatch.setattr(tgs, "summarize", refused)
+    result = run("tgs", MFU_LOG)
+    assert result.exit_code == EXIT_SETUP and result.stderr == "jobkit tgs: one line of ours\n"
+
+    def exits(*args, **kwargs):
+        errors.exit_with(EXIT_ANSWER_NO)
+
+    monkeypatch.setattr(tgs, "summarize", exits)
+    assert run("tgs", MFU_LOG).exit_code == EXIT_ANSWER_NO
+    assert not (tmp_path / "state").exists(), "none of these is a bug: no traceback file"
+
+
+def test_the_console_script_s_internal_error_is_one_line(tmp_path):
+    """For real, through the venv's python: the edge is the console script's too (not only CliRunner's)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from jobkit import cli\n"
+        "from jobkit.core import tgs\n"
+        "tgs.summarize = lambda *a, **k: {}['x']\n"
+        "sys.argv = ['jobkit', 'tgs', sys.argv[1]]\n"
+        "cli.main()\n"
+    )
+    env = {**os.environ, "XDG_STATE_HOME": str(tmp_path)}
+    done = subprocess.run(
+        [sys.executable, "-c", code, MFU_LOG], capture_output=True, text=True, env=env, timeout=60, check=False
+    )
+    assert done.returncode == EXIT_INTERNAL and done.stdout == ""
+    m = INTERNAL_LINE.fullmatch(done.stderr)
+    assert m and m["said"] == "KeyError: 'x'" and Path(m["path"]).is_file(), done.stderr
 
 
 def test_exit_with_is_click_s_exit():

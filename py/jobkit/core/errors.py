@@ -5,13 +5,21 @@ A command anywhere in the package raises `JobkitError(command, message, code)`; 
 prints it as one line, `jobkit <command>: <message>`, on stderr and exits with `code`. A command that has
 already said what it had to say (an answer such as "not requeued" on stdout) ends with `exit_with(code)`.
 No module prints-and-exits by itself, except to pass on a child's status (PASSES_THROUGH), so a message's
-shape and a code's meaning are decided here alone.
+shape and a code's meaning are decided here alone. Anything else that escapes a command is a bug:
+`internal_error` turns it into one line and EXIT_INTERNAL, its traceback into a private file (jobkit/cli.py).
 
 The codes are few on purpose, as pip's cli/status_codes.py: a script that calls jobkit tests a code and knows
 what happened, whichever command it called. MEANINGS is the table docs/architecture.md#exit-codes shows;
 tests/py/test_errors.py holds the two to each other and every EXIT_* here to a value of its own.
 """
 
+import os
+import re
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
 from typing import NoReturn
 
 import click
@@ -26,9 +34,10 @@ EXIT_SETUP = 6  # something this machine must have is missing or does not work (
 EXIT_ACTION_FAILED = 7  # the inputs were good and the action was tried, but it did not happen
 EXIT_ANSWER_NO = 8  # not an error: the command's question has the answer no (the output says why)
 EXIT_STOPPED = 9  # jobkit stopped what it ran or watched, on purpose: a rule said so
+EXIT_INTERNAL = 70  # EX_SOFTWARE: a bug in jobkit; one line, the traceback in a private file
 EXIT_UNREACHABLE = 75  # EX_TEMPFAIL: nothing was started (Ray missing, cluster unreachable); run it another way
 EXIT_CANNOT_RUN = 127  # the shell's code: the command to run does not exist or cannot be executed
-EXIT_INTERRUPTED = 130  # 128 + SIGINT: stopped by Ctrl-C (a sweep; click's own Ctrl-C handling says "Aborted!", 1)
+EXIT_INTERRUPTED = 130  # 128 + SIGINT: stopped by Ctrl-C
 
 SIGNAL_BASE = 128  # 128 + N: stopped by signal N (143: SIGTERM), as a shell reports it
 
@@ -77,12 +86,16 @@ MEANINGS: dict[int, tuple[str, str]] = {
         "jobkit stopped what it ran or watched, on purpose: a sweep's rule, the hang watchdog's `HANG_ACTION=cancel`",
         "`sweep`, `hang-watchdog`",
     ),
+    EXIT_INTERNAL: (
+        "a bug in jobkit (EX_SOFTWARE): one line naming the exception and the private file with its traceback",
+        "every command",
+    ),
     EXIT_UNREACHABLE: (
         "nothing was started (EX_TEMPFAIL): Ray is missing or the cluster did not answer; run it another way",
         "`ray-launch`",
     ),
     EXIT_CANNOT_RUN: ("the command to run does not exist or cannot be executed (the shell's code)", "`reap`, `procs`"),
-    EXIT_INTERRUPTED: ("stopped by Ctrl-C (128 + SIGINT)", "`sweep`"),
+    EXIT_INTERRUPTED: ("stopped by Ctrl-C (128 + SIGINT)", "every command"),
 }
 
 
@@ -95,8 +108,9 @@ def table() -> list[tuple[str, str, str, str]]:
         (
             f"{SIGNAL_BASE}+N",
             "`SIGNAL_BASE` + N",
-            "stopped by signal N, as a shell reports it: 143 SIGTERM (scancel)",
-            "`sweep`",
+            "stopped by signal N, as a shell reports it: 143 SIGTERM (scancel), 141 SIGPIPE (the reader of its "
+            "output went away; nothing is printed)",
+            "every command",
         )
     )
     rows.append(
@@ -126,3 +140,46 @@ def exit_with(code: int) -> NoReturn:
     """End the running command with CODE (one of the table's) once it has said what it had to say itself;
     click's edge exits with it (what `sys.exit` in a command would do behind the edge's back)."""
     raise click.exceptions.Exit(code)
+
+
+def traceback_dir(env=None) -> Path:
+    """Where an internal error's traceback goes: $XDG_STATE_HOME/jobkit/tracebacks, by default
+    ~/.local/state/jobkit/tracebacks (a state file of this user's, as the XDG base directories have it)."""
+    env = os.environ if env is None else env
+    state = env.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
+    return Path(state) / "jobkit" / "tracebacks"
+
+
+def save_traceback(command: str, exc: BaseException) -> str:
+    """EXC's traceback in a new file only this user may read (0600, in a 0700 dir; the temp dir when the state
+    dir cannot be written); returns its path."""
+    text = (
+        f"jobkit {command}: internal error at {time.strftime('%Y-%m-%dT%H:%M:%S%z')}, pid {os.getpid()}, "
+        f"Python {sys.version.split()[0]} ({sys.executable})\n\n"
+        + "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    )
+    name = f"{time.strftime('%Y%m%dT%H%M%S')}-{re.sub(r'[^A-Za-z0-9_-]+', '-', command)}-{os.getpid()}"
+    try:
+        where = traceback_dir()
+        where.mkdir(mode=0o700, parents=True, exist_ok=True)
+        fd = os.open(where / f"{name}.txt", os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        path = str(where / f"{name}.txt")
+    except OSError:
+        fd, path = tempfile.mkstemp(prefix=f"jobkit-{name}-", suffix=".txt")  # 0600, a name nobody planted
+    with os.fdopen(fd, "w", encoding="utf-8", errors="replace") as fh:
+        os.fchmod(fh.fileno(), 0o600)
+        fh.write(text)
+    return path
+
+
+def internal_error(command: str, exc: BaseException) -> JobkitError:
+    """The one line an unexpected exception becomes: `internal error: <type>: <message> (traceback in <file>)`,
+    exit EXIT_INTERNAL. Where no file can be written at all, the traceback goes to stderr instead."""
+    said = " ".join(str(exc).split())
+    said = f"{type(exc).__name__}: {said[:300]}" if said else type(exc).__name__
+    try:
+        where = f"traceback in {save_traceback(command, exc)}"
+    except OSError as why:
+        traceback.print_exception(type(exc), exc, exc.__traceback__, file=sys.stderr)
+        where = f"traceback above: it could not be saved ({why.strerror or why})"
+    return JobkitError(command, f"internal error: {said} ({where})", EXIT_INTERNAL)
